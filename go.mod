@@ -1,0 +1,9 @@
+module github.com/autobyte/autobyte
+
+go 1.26
+
+require (
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.9 // indirect
+)

@@ -1,0 +1,404 @@
+// Package sched is the scheduling core: it turns gradient tasks (one per
+// tensor per iteration) into pieces, orders them, and admits them under a
+// credit window, as ByteScheduler does.
+//
+// It is a pure, deterministic state machine in the style of etcd's raft
+// package: inputs are calls (a task was posted, a piece finished, a new
+// configuration applies from iteration k) and outputs are decisions (start
+// this piece now). It has no goroutines, no clock and no I/O, and knows
+// nothing of sockets, servers or simulated time; the simulator and the real
+// runtime both drive it. A Scheduler is not safe for concurrent use.
+package sched
+
+import "fmt"
+
+// Order is the order in which ready pieces are started.
+type Order int
+
+const (
+	// OrderFIFO starts pieces in the order their tasks were posted
+	// (production order: the last layer's gradients first).
+	OrderFIFO Order = iota
+	// OrderPriority starts the piece with the smallest
+	// (iteration, layer, tensor, piece index) first: layer 0, which the next
+	// forward pass needs first, goes first.
+	OrderPriority
+)
+
+func (o Order) String() string {
+	switch o {
+	case OrderFIFO:
+		return "fifo"
+	case OrderPriority:
+		return "priority"
+	}
+	return fmt.Sprintf("Order(%d)", int(o))
+}
+
+// Admission is the rule that decides whether the credit window lets the
+// next piece start.
+type Admission int
+
+const (
+	// AdmitPositive is ByteScheduler's rule: a piece starts while the
+	// remaining credit is > 0, then its size is subtracted. In-flight bytes
+	// may exceed the credit by less than one piece, and a piece larger than
+	// the credit never starves.
+	AdmitPositive Admission = iota
+	// AdmitStrict is BytePS's rule: a piece starts only if its size fits in
+	// the remaining credit; a smaller ready piece further down the order may
+	// start instead. To avoid starving a piece larger than the whole credit,
+	// it is started when nothing else is in flight.
+	AdmitStrict
+)
+
+func (a Admission) String() string {
+	switch a {
+	case AdmitPositive:
+		return "positive"
+	case AdmitStrict:
+		return "strict"
+	}
+	return fmt.Sprintf("Admission(%d)", int(a))
+}
+
+// DefaultElemBytes is the element size assumed when a Task leaves it zero
+// (fp32 gradients).
+const DefaultElemBytes = 4
+
+// Config is one scheduling configuration. The zero value is FIFO with no
+// partitioning and no credit window, i.e. an unscheduled framework.
+type Config struct {
+	// PartitionBytes splits a tensor larger than this into near-equal
+	// pieces; 0 disables partitioning.
+	PartitionBytes int64
+	// CreditBytes bounds the bytes in flight (see Admission); 0 means no
+	// window: every ready piece starts at once.
+	CreditBytes int64
+	Order       Order
+	Admission   Admission
+}
+
+// Validate reports the first invalid field of c.
+func (c Config) Validate() error {
+	if c.PartitionBytes < 0 {
+		return fmt.Errorf("sched: partition size must be >= 0 bytes (0 = no partitioning), got %d", c.PartitionBytes)
+	}
+	if c.CreditBytes < 0 {
+		return fmt.Errorf("sched: credit size must be >= 0 bytes (0 = no window), got %d", c.CreditBytes)
+	}
+	if c.Order != OrderFIFO && c.Order != OrderPriority {
+		return fmt.Errorf("sched: unknown order %d", int(c.Order))
+	}
+	if c.Admission != AdmitPositive && c.Admission != AdmitStrict {
+		return fmt.Errorf("sched: unknown admission rule %d", int(c.Admission))
+	}
+	return nil
+}
+
+// Task is one tensor's gradient of one iteration, ready to be communicated.
+type Task struct {
+	Iteration int
+	// Tensor identifies the tensor; it is unique within the model and also
+	// breaks priority ties between tensors of one layer.
+	Tensor int
+	// Layer is the tensor's layer in forward order (0 = first).
+	Layer int
+	Bytes int64
+	// ElemBytes is the size of one element; pieces hold whole elements.
+	// 0 means DefaultElemBytes.
+	ElemBytes int
+}
+
+// PieceID names a piece uniquely among those in a Scheduler.
+type PieceID struct {
+	Iteration, Tensor, Index int
+}
+
+// Piece is a contiguous part of a task's tensor, the unit of scheduling.
+type Piece struct {
+	PieceID
+	Layer int
+	// Count is how many pieces the task was split into.
+	Count int
+	// Offset and Bytes locate the piece within the tensor.
+	Offset, Bytes int64
+	// Epoch is the configuration epoch the task was partitioned under
+	// (0 for the initial configuration, +1 for each applied change), so
+	// peers can tell pieces of different partitionings apart.
+	Epoch int
+	seq   uint64
+}
+
+type pending struct {
+	cfg  Config
+	from int
+}
+
+// Scheduler is the core state machine. Create one with New.
+type Scheduler struct {
+	cfg      Config
+	epoch    int
+	pending  []pending // sorted by from, strictly increasing
+	maxIter  int       // highest iteration posted so far
+	posted   bool
+	ready    pieceHeap
+	inflight map[PieceID]int64
+	// tasks counts the pieces of each posted task not yet done.
+	tasks map[taskID]int
+	// inflightBytes is the sum of inflight; available is the remaining
+	// credit, which may go negative under AdmitPositive.
+	inflightBytes int64
+	available     int64
+	seq           uint64
+	skipped       []Piece // scratch for AdmitStrict
+}
+
+// New returns a scheduler with the initial configuration cfg.
+func New(cfg Config) (*Scheduler, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int)}
+	s.ready.order = cfg.Order
+	s.available = cfg.CreditBytes
+	return s, nil
+}
+
+// Config returns the configuration in force and its epoch.
+func (s *Scheduler) Config() (Config, int) { return s.cfg, s.epoch }
+
+// Reconfigure schedules cfg to apply to every task of iteration from and
+// later. Tasks already posted keep their partitioning; the credit window and
+// order change when the first task of iteration from is posted. Changes must
+// be proposed in increasing order of from, and from must be later than every
+// iteration already posted.
+func (s *Scheduler) Reconfigure(cfg Config, from int) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if s.posted && from <= s.maxIter {
+		return fmt.Errorf("sched: configuration change from iteration %d comes too late: iteration %d already posted", from, s.maxIter)
+	}
+	if n := len(s.pending); n > 0 && from <= s.pending[n-1].from {
+		return fmt.Errorf("sched: configuration change from iteration %d must come after the pending one from iteration %d", from, s.pending[n-1].from)
+	}
+	s.pending = append(s.pending, pending{cfg: cfg, from: from})
+	return nil
+}
+
+// Post queues the pieces of task t. Tasks must be posted in non-decreasing
+// iteration order, each (iteration, tensor) once.
+func (s *Scheduler) Post(t Task) error {
+	if t.Bytes <= 0 {
+		return fmt.Errorf("sched: task of tensor %d iteration %d: size must be > 0 bytes, got %d", t.Tensor, t.Iteration, t.Bytes)
+	}
+	elem := int64(t.ElemBytes)
+	if elem == 0 {
+		elem = DefaultElemBytes
+	}
+	if elem < 0 || t.Bytes%elem != 0 {
+		return fmt.Errorf("sched: task of tensor %d iteration %d: size %d bytes is not a whole number of %d-byte elements", t.Tensor, t.Iteration, t.Bytes, elem)
+	}
+	if s.posted && t.Iteration < s.maxIter {
+		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, s.maxIter)
+	}
+	tid := taskID{iteration: t.Iteration, tensor: t.Tensor}
+	if _, dup := s.tasks[tid]; dup {
+		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
+	}
+	s.posted, s.maxIter = true, t.Iteration
+	for len(s.pending) > 0 && s.pending[0].from <= t.Iteration {
+		s.apply(s.pending[0].cfg)
+		s.pending = s.pending[1:]
+	}
+	elems := t.Bytes / elem
+	count := int64(1)
+	if p := s.cfg.PartitionBytes; p > 0 && t.Bytes > p {
+		count = (t.Bytes + p - 1) / p
+		count = min(count, elems)
+	}
+	s.tasks[tid] = int(count)
+	base, extra := elems/count, elems%count
+	var off int64
+	for i := int64(0); i < count; i++ {
+		n := base
+		if i < extra {
+			n++
+		}
+		s.seq++
+		s.ready.push(Piece{
+			PieceID: PieceID{Iteration: t.Iteration, Tensor: t.Tensor, Index: int(i)},
+			Layer:   t.Layer, Count: int(count), Offset: off, Bytes: n * elem,
+			Epoch: s.epoch, seq: s.seq,
+		})
+		off += n * elem
+	}
+	return nil
+}
+
+func (s *Scheduler) apply(cfg Config) {
+	s.epoch++
+	if cfg.Order != s.cfg.Order {
+		s.ready.reorder(cfg.Order)
+	}
+	s.available = cfg.CreditBytes - s.inflightBytes
+	s.cfg = cfg
+}
+
+// Next returns the next piece to start now, if the credit window admits
+// one, and accounts it as in flight. Call it until it returns false, then
+// again after each Done or Post.
+func (s *Scheduler) Next() (Piece, bool) {
+	if s.ready.Len() == 0 {
+		return Piece{}, false
+	}
+	if s.cfg.CreditBytes == 0 {
+		return s.start(s.ready.pop()), true
+	}
+	if s.cfg.Admission == AdmitPositive {
+		if s.available <= 0 {
+			return Piece{}, false
+		}
+		return s.start(s.ready.pop()), true
+	}
+	// Strict: the most urgent piece that fits; when nothing is in flight
+	// the head starts even if it is larger than the whole credit.
+	if s.inflightBytes == 0 && s.ready.items[0].Bytes > s.available {
+		return s.start(s.ready.pop()), true
+	}
+	s.skipped = s.skipped[:0]
+	var found Piece
+	ok := false
+	for s.ready.Len() > 0 {
+		p := s.ready.pop()
+		if p.Bytes <= s.available {
+			found, ok = p, true
+			break
+		}
+		s.skipped = append(s.skipped, p)
+	}
+	for _, p := range s.skipped {
+		s.ready.push(p)
+	}
+	if !ok {
+		return Piece{}, false
+	}
+	return s.start(found), true
+}
+
+func (s *Scheduler) start(p Piece) Piece {
+	s.inflight[p.PieceID] = p.Bytes
+	s.inflightBytes += p.Bytes
+	s.available -= p.Bytes
+	return p
+}
+
+// Done reports that an in-flight piece finished and returns its credit.
+// taskDone is true when it was the last unfinished piece of its task.
+func (s *Scheduler) Done(id PieceID) (taskDone bool, err error) {
+	b, ok := s.inflight[id]
+	if !ok {
+		return false, fmt.Errorf("sched: piece %d of tensor %d iteration %d finished but is not in flight", id.Index, id.Tensor, id.Iteration)
+	}
+	delete(s.inflight, id)
+	s.inflightBytes -= b
+	s.available += b
+	tid := taskID{iteration: id.Iteration, tensor: id.Tensor}
+	if s.tasks[tid]--; s.tasks[tid] == 0 {
+		delete(s.tasks, tid)
+		return true, nil
+	}
+	return false, nil
+}
+
+// InFlightBytes is the sum of the sizes of pieces started and not yet done.
+func (s *Scheduler) InFlightBytes() int64 { return s.inflightBytes }
+
+// InFlight is the number of pieces started and not yet done.
+func (s *Scheduler) InFlight() int { return len(s.inflight) }
+
+// Queued is the number of ready pieces waiting to start.
+func (s *Scheduler) Queued() int { return s.ready.Len() }
+
+// Before reports whether piece a is more urgent than piece b under order o.
+func Before(o Order, a, b Piece) bool {
+	if o == OrderFIFO {
+		return a.seq < b.seq
+	}
+	if a.Iteration != b.Iteration {
+		return a.Iteration < b.Iteration
+	}
+	if a.Layer != b.Layer {
+		return a.Layer < b.Layer
+	}
+	if a.Tensor != b.Tensor {
+		return a.Tensor < b.Tensor
+	}
+	return a.Index < b.Index
+}
+
+type taskID struct{ iteration, tensor int }
+
+// pieceHeap is the ready queue, most urgent first: a binary min-heap typed
+// on Piece because container/heap would box (allocate) every piece.
+type pieceHeap struct {
+	order Order
+	items []Piece
+}
+
+func (h *pieceHeap) Len() int { return len(h.items) }
+
+func (h *pieceHeap) less(i, j int) bool { return Before(h.order, h.items[i], h.items[j]) }
+
+func (h *pieceHeap) push(p Piece) {
+	h.items = append(h.items, p)
+	h.up(len(h.items) - 1)
+}
+
+func (h *pieceHeap) pop() Piece {
+	top := h.items[0]
+	n := len(h.items) - 1
+	h.items[0] = h.items[n]
+	h.items = h.items[:n]
+	if n > 0 {
+		h.down(0)
+	}
+	return top
+}
+
+func (h *pieceHeap) reorder(o Order) {
+	h.order = o
+	for i := len(h.items)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+func (h *pieceHeap) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !h.less(i, parent) {
+			return
+		}
+		h.items[i], h.items[parent] = h.items[parent], h.items[i]
+		i = parent
+	}
+}
+
+func (h *pieceHeap) down(i int) {
+	n := len(h.items)
+	for {
+		child := 2*i + 1
+		if child >= n {
+			return
+		}
+		if r := child + 1; r < n && h.less(r, child) {
+			child = r
+		}
+		if !h.less(child, i) {
+			return
+		}
+		h.items[i], h.items[child] = h.items[child], h.items[i]
+		i = child
+	}
+}

@@ -1,0 +1,686 @@
+// Package sim is a discrete-event simulator of synchronous data-parallel
+// training: it replays a model profile's compute on every worker and drives
+// the scheduling core (package sched) on a virtual clock over a network of
+// full-duplex host links, with parameter servers or ring all-reduce.
+//
+// It owns the network and compute models and the lower bounds; it must not
+// contain scheduling decisions (those belong to sched) and does no I/O except
+// an optional trace writer handed to it.
+//
+// Network model. Every host (worker or server) has a full-duplex link to a
+// non-blocking switch with a bandwidth per direction and a latency. A
+// message leaves its sender's egress one at a time in FIFO order (the order
+// the scheduler released it) and is cut through the switch into the
+// receiver's ingress, which serves arriving messages in arrival order: it
+// occupies the ingress for at least bytes/bandwidth and cannot finish before
+// its last byte left the sender plus the latency. A ring all-reduce of a
+// piece occupies every worker's links symmetrically, so the ring is modelled
+// as one shared pipeline: 2(N-1)/N of the piece crosses each link at the
+// slowest worker's bandwidth, and the piece completes 2(N-1) latencies after
+// its last byte entered the ring.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/trace"
+)
+
+// Arch is the aggregation architecture.
+type Arch int
+
+const (
+	// PS is parameter servers: each worker pushes each piece to the server
+	// that holds it and pulls the sum once every worker pushed it.
+	PS Arch = iota
+	// AllReduce is ring all-reduce; only rank 0 schedules, the others
+	// follow its order.
+	AllReduce
+)
+
+func (a Arch) String() string {
+	if a == AllReduce {
+		return "allreduce"
+	}
+	return "ps"
+}
+
+// ParseArch parses "ps" or "allreduce".
+func ParseArch(s string) (Arch, error) {
+	switch s {
+	case "ps":
+		return PS, nil
+	case "allreduce":
+		return AllReduce, nil
+	}
+	return 0, fmt.Errorf("unknown architecture %q (want ps or allreduce)", s)
+}
+
+// Options describe one simulated job.
+type Options struct {
+	Profile *model.Profile
+	Arch    Arch
+	Workers int
+	// Servers is the number of parameter servers (PS only).
+	Servers int
+	// BandwidthBps is each host's link rate per direction, in bytes/s.
+	BandwidthBps float64
+	// LatencyS is the one-way latency of one message between two hosts.
+	LatencyS float64
+	// Sched is the scheduling configuration of every worker (PS) or of the
+	// leader (all-reduce).
+	Sched sched.Config
+	// GlobalBarrier makes each forward pass wait until every layer of the
+	// previous iteration is synchronised, as an unscheduled framework does;
+	// otherwise layer i waits only for layer i.
+	GlobalBarrier bool
+	// Iterations is how many training iterations to simulate (>= 1).
+	Iterations int
+	// Jitter slows each compute step by a factor drawn uniformly from
+	// [1, 1+Jitter) with a generator seeded by Seed and the worker's rank.
+	Jitter float64
+	Seed   uint64
+	// Trace, if set, receives a Chrome-trace timeline of rank 0.
+	Trace *trace.Writer
+}
+
+// Result is what one run measured.
+type Result struct {
+	// IterationTimeS is the steady-state iteration time: the mean of
+	// IterationTimesS after dropping the warm-up (the first fifth, at least
+	// one when there are two or more).
+	IterationTimeS float64
+	// IterationTimesS[k] is the time between the ends of forward passes k
+	// and k+1 (the slowest worker's), i.e. backward k, its communication
+	// and the gated forward k+1.
+	IterationTimesS []float64
+	SamplesPerS     float64
+	Bounds          Bounds
+	Links           LinkBytes
+	// Events is the number of simulation events processed.
+	Events int64
+	// Pieces is the number of pieces scheduled per worker per iteration in
+	// the last iteration (the leader's, for all-reduce).
+	Pieces int
+}
+
+// LinkBytes sums the bytes each link carried over the run.
+type LinkBytes struct {
+	WorkerEgress, WorkerIngress []int64
+	ServerEgress, ServerIngress []int64
+}
+
+// Validate reports the first invalid option.
+func (o *Options) Validate() error {
+	switch {
+	case o.Profile == nil:
+		return errors.New("sim: no model profile")
+	case o.Workers < 1:
+		return fmt.Errorf("sim: workers must be >= 1, got %d", o.Workers)
+	case o.Arch == PS && o.Servers < 1:
+		return fmt.Errorf("sim: parameter servers must be >= 1, got %d", o.Servers)
+	case o.Arch == AllReduce && o.Servers != 0:
+		return fmt.Errorf("sim: all-reduce has no servers, got --servers %d", o.Servers)
+	case o.Arch != PS && o.Arch != AllReduce:
+		return fmt.Errorf("sim: unknown architecture %d", int(o.Arch))
+	case !(o.BandwidthBps > 0) || math.IsInf(o.BandwidthBps, 0):
+		return fmt.Errorf("sim: bandwidth must be a positive rate, got %v B/s", o.BandwidthBps)
+	case !(o.LatencyS >= 0) || math.IsInf(o.LatencyS, 0):
+		return fmt.Errorf("sim: latency must be >= 0 s, got %v", o.LatencyS)
+	case o.Iterations < 1:
+		return fmt.Errorf("sim: iterations must be >= 1, got %d", o.Iterations)
+	case !(o.Jitter >= 0) || math.IsInf(o.Jitter, 0):
+		return fmt.Errorf("sim: jitter must be >= 0, got %v", o.Jitter)
+	}
+	if err := o.Sched.Validate(); err != nil {
+		return err
+	}
+	return o.Profile.Validate()
+}
+
+// tensorInfo is a tensor of the profile with its global index.
+type tensorInfo struct {
+	layer int
+	bytes int64
+}
+
+type message struct {
+	src, dst int32
+	// worker is the pushing worker (push) or the receiving worker (pull).
+	worker int32
+	push   bool
+	bytes  int64
+	piece  sched.Piece
+	// egressEnd is when the last byte left the sender.
+	egressEnd float64
+}
+
+type host struct {
+	bw, lat     float64 // bytes/s; latency of this host's link (half of a host-to-host latency)
+	queue       []int32 // FIFO of messages waiting for the egress
+	qhead       int
+	busy        bool
+	ingressFree float64
+	egressBytes int64
+	ingressByte int64
+}
+
+type worker struct {
+	rank   int
+	core   *sched.Scheduler // PS only
+	iter   int
+	fwd    bool
+	layer  int
+	busy   bool
+	done   bool
+	synced []int // synced[l] = last iteration whose layer l is synchronised
+	// remaining[l] counts layer l's tasks of the iteration in communication.
+	remaining []int
+	unsynced  int // layers of the iteration in communication not yet synchronised
+	allSynced int // last iteration fully synchronised
+	rng       *rand.Rand
+	fwdEnds   []float64
+	opStart   float64
+}
+
+type pieceKey struct {
+	iter, tensor, index int32
+}
+
+type simulation struct {
+	o       Options
+	now     float64
+	q       eventQueue
+	tensors []tensorInfo
+	layerT  [][]int // tensors of each layer
+	fwdS    []float64
+	bwdS    []float64
+	workers []*worker
+	hosts   []host // workers first, then servers
+	msgs    []message
+	free    []int32
+	// PS state
+	placement map[int64][][]int32 // partition bytes -> tensor -> piece -> server
+	// epochPartition[e] is the partition size of configuration epoch e.
+	epochPartition []int64
+	arrived        map[pieceKey]int32
+	// all-reduce state
+	leader    *sched.Scheduler
+	posts     map[pieceKey]int32 // tasks posted by how many ranks
+	ring      []sched.Piece
+	ringHead  int
+	ringBusy  bool
+	ringSlots []sched.Piece
+	ringFree  []int32
+	ringBytes float64 // bytes each worker sent (and received) on the ring
+	events    int64
+	err       error
+	// trace bookkeeping for rank 0
+	postedAt map[pieceKey]float64
+}
+
+// Run simulates the job described by o.
+func Run(o Options) (*Result, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	s := newSimulation(o)
+	s.start()
+	for s.q.Len() > 0 && s.err == nil {
+		e := s.q.pop()
+		s.now = e.t
+		s.events++
+		s.handle(e)
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	for _, w := range s.workers {
+		if !w.done {
+			return nil, fmt.Errorf("sim: deadlock: worker %d stopped in iteration %d (forward=%v layer %d) with no pending events", w.rank, w.iter, w.fwd, w.layer)
+		}
+	}
+	return s.result(), nil
+}
+
+func newSimulation(o Options) *simulation {
+	p := o.Profile
+	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64][][]int32{},
+		epochPartition: []int64{o.Sched.PartitionBytes}}
+	for l, layer := range p.Layers {
+		var ids []int
+		for _, t := range layer.Tensors {
+			ids = append(ids, len(s.tensors))
+			s.tensors = append(s.tensors, tensorInfo{layer: l, bytes: t.Params * int64(p.BytesPerParam)})
+		}
+		s.layerT = append(s.layerT, ids)
+		s.fwdS = append(s.fwdS, layer.ForwardS)
+		s.bwdS = append(s.bwdS, layer.BackwardS)
+	}
+	nHosts := o.Workers
+	if o.Arch == PS {
+		nHosts += o.Servers
+	}
+	s.hosts = make([]host, nHosts)
+	for i := range s.hosts {
+		s.hosts[i] = host{bw: o.BandwidthBps, lat: o.LatencyS / 2}
+	}
+	L := len(p.Layers)
+	for r := 0; r < o.Workers; r++ {
+		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
+			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+		for l := range w.synced {
+			w.synced[l] = -1
+		}
+		if o.Arch == PS {
+			w.core, _ = sched.New(o.Sched) // validated above
+		}
+		s.workers = append(s.workers, w)
+	}
+	if o.Arch == AllReduce {
+		s.leader, _ = sched.New(o.Sched)
+		s.posts = map[pieceKey]int32{}
+	}
+	if o.Trace != nil {
+		s.postedAt = map[pieceKey]float64{}
+	}
+	return s
+}
+
+func (s *simulation) start() {
+	if tw := s.o.Trace; tw != nil {
+		_ = tw.ProcessName(0, "rank 0 compute")
+		_ = tw.ProcessName(1, "rank 0 communication")
+	}
+	for _, w := range s.workers {
+		s.advance(w)
+	}
+}
+
+func (s *simulation) handle(e event) {
+	switch e.kind {
+	case evCompute:
+		s.computeDone(s.workers[e.who])
+	case evEgressFree:
+		h := &s.hosts[e.who]
+		h.busy = false
+		s.sendNext(e.who)
+	case evDeliver:
+		s.deliver(e.who)
+	case evRingFree:
+		s.ringBusy = false
+		s.ringNext()
+	case evRingDone:
+		s.ringDone(e.who)
+	}
+}
+
+// advance starts the worker's next compute step if its gate is open.
+func (s *simulation) advance(w *worker) {
+	if w.busy || w.done {
+		return
+	}
+	var d float64
+	if w.fwd {
+		need := w.iter - 1
+		if s.o.GlobalBarrier && w.allSynced < need || !s.o.GlobalBarrier && w.synced[w.layer] < need {
+			return // a layer sync will call advance again
+		}
+		d = s.fwdS[w.layer]
+	} else {
+		d = s.bwdS[w.layer]
+	}
+	if s.o.Jitter > 0 {
+		d *= 1 + s.o.Jitter*w.rng.Float64()
+	}
+	w.busy = true
+	w.opStart = s.now
+	s.q.push(s.now+d, evCompute, int32(w.rank))
+}
+
+func (s *simulation) computeDone(w *worker) {
+	w.busy = false
+	if w.rank == 0 && s.o.Trace != nil {
+		name := fmt.Sprintf("FW %s", s.o.Profile.Layers[w.layer].Name)
+		if !w.fwd {
+			name = fmt.Sprintf("BW %s", s.o.Profile.Layers[w.layer].Name)
+		}
+		_ = s.o.Trace.Complete(name, "compute", 0, 0, w.opStart, s.now-w.opStart, map[string]any{"iteration": w.iter})
+	}
+	L := len(s.fwdS)
+	if w.fwd {
+		w.layer++
+		if w.layer == L {
+			w.fwdEnds = append(w.fwdEnds, s.now)
+			if w.iter == s.o.Iterations {
+				w.done = true
+				return
+			}
+			w.fwd, w.layer = false, L-1
+			w.unsynced = L
+		}
+	} else {
+		s.postLayer(w, w.layer)
+		w.layer--
+		if w.layer < 0 {
+			w.iter++
+			w.fwd, w.layer = true, 0
+		}
+	}
+	s.advance(w)
+}
+
+// postLayer hands the gradients of layer l of the worker's iteration to the
+// scheduling core.
+func (s *simulation) postLayer(w *worker, l int) {
+	w.remaining[l] = len(s.layerT[l])
+	for _, t := range s.layerT[l] {
+		task := sched.Task{Iteration: w.iter, Tensor: t, Layer: l, Bytes: s.tensors[t].bytes, ElemBytes: s.o.Profile.BytesPerParam}
+		if s.postedAt != nil && w.rank == 0 {
+			s.postedAt[pieceKey{iter: int32(w.iter), tensor: int32(t)}] = s.now
+		}
+		if s.o.Arch == PS {
+			s.check(w.core.Post(task))
+			continue
+		}
+		k := pieceKey{iter: int32(w.iter), tensor: int32(t)}
+		s.posts[k]++
+		if s.posts[k] == int32(s.o.Workers) {
+			delete(s.posts, k)
+			s.check(s.leader.Post(task))
+		}
+	}
+	if s.o.Arch == PS {
+		s.drainWorker(w)
+	} else {
+		s.drainLeader()
+	}
+}
+
+func (s *simulation) check(err error) {
+	if err != nil && s.err == nil {
+		s.err = fmt.Errorf("sim: t=%gs: %w", s.now, err)
+	}
+}
+
+// tensorSynced records that one tensor of iteration it is synchronised on w.
+func (s *simulation) tensorSynced(w *worker, it, tensor int) {
+	l := s.tensors[tensor].layer
+	w.remaining[l]--
+	if w.remaining[l] > 0 {
+		return
+	}
+	w.synced[l] = it
+	w.unsynced--
+	if w.unsynced == 0 {
+		w.allSynced = it
+	}
+	if s.postedAt != nil && w.rank == 0 {
+		_ = s.o.Trace.Instant(fmt.Sprintf("layer %d synced", l), "sync", 1, 0, s.now, nil)
+	}
+	s.advance(w)
+}
+
+// ---- parameter servers ----
+
+func (s *simulation) drainWorker(w *worker) {
+	for {
+		p, ok := w.core.Next()
+		if !ok {
+			return
+		}
+		srv := s.serverOf(p)
+		s.send(message{src: int32(w.rank), dst: int32(s.o.Workers) + srv, worker: int32(w.rank), push: true, bytes: p.Bytes, piece: p})
+	}
+}
+
+// serverOf is the server holding piece p under the partitioning of the
+// configuration epoch it was cut in.
+func (s *simulation) serverOf(p sched.Piece) int32 {
+	return s.placementFor(s.epochPartition[p.Epoch])[p.Tensor][p.Index]
+}
+
+// placementFor places the pieces of a partitioning on servers, balancing
+// bytes: each piece of each tensor, in model order, goes to the server with
+// the fewest bytes so far. It depends only on the partition size, so every
+// worker and server computes the same placement.
+func (s *simulation) placementFor(part int64) [][]int32 {
+	if pl, ok := s.placement[part]; ok {
+		return pl
+	}
+	load := make([]int64, s.o.Servers)
+	pl := make([][]int32, len(s.tensors))
+	elem := int64(s.o.Profile.BytesPerParam)
+	for t, ti := range s.tensors {
+		elems := ti.bytes / elem
+		count := int64(1)
+		if part > 0 && ti.bytes > part {
+			count = min((ti.bytes+part-1)/part, elems)
+		}
+		pl[t] = make([]int32, count)
+		base, extra := elems/count, elems%count
+		for i := range pl[t] {
+			n := base
+			if int64(i) < extra {
+				n++
+			}
+			best := 0
+			for m := 1; m < len(load); m++ {
+				if load[m] < load[best] {
+					best = m
+				}
+			}
+			pl[t][i] = int32(best)
+			load[best] += n * elem
+		}
+	}
+	s.placement[part] = pl
+	return pl
+}
+
+func (s *simulation) send(m message) {
+	var id int32
+	if n := len(s.free); n > 0 {
+		id = s.free[n-1]
+		s.free = s.free[:n-1]
+		s.msgs[id] = m
+	} else {
+		id = int32(len(s.msgs))
+		s.msgs = append(s.msgs, m)
+	}
+	h := &s.hosts[m.src]
+	h.queue = append(h.queue, id)
+	if !h.busy {
+		s.sendNext(m.src)
+	}
+}
+
+// sendNext starts the next queued message on host src's egress and books
+// its passage through the receiver's ingress.
+func (s *simulation) sendNext(src int32) {
+	h := &s.hosts[src]
+	if h.busy || h.qhead == len(h.queue) {
+		if h.qhead == len(h.queue) {
+			h.queue, h.qhead = h.queue[:0], 0
+		}
+		return
+	}
+	id := h.queue[h.qhead]
+	h.qhead++
+	m := &s.msgs[id]
+	d := &s.hosts[m.dst]
+	egressEnd := s.now + float64(m.bytes)/h.bw
+	lat := h.lat + d.lat
+	inStart := max(s.now+lat, d.ingressFree)
+	inEnd := max(inStart+float64(m.bytes)/d.bw, egressEnd+lat)
+	d.ingressFree = inEnd
+	h.egressBytes += m.bytes
+	d.ingressByte += m.bytes
+	m.egressEnd = egressEnd
+	h.busy = true
+	s.q.push(egressEnd, evEgressFree, src)
+	s.q.push(inEnd, evDeliver, id)
+}
+
+func (s *simulation) deliver(id int32) {
+	m := s.msgs[id]
+	s.free = append(s.free, id)
+	p := m.piece
+	if m.push {
+		k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index)}
+		s.arrived[k]++
+		if s.arrived[k] < int32(s.o.Workers) {
+			return
+		}
+		delete(s.arrived, k)
+		for r := 0; r < s.o.Workers; r++ {
+			s.send(message{src: m.dst, dst: int32(r), worker: int32(r), bytes: p.Bytes, piece: p})
+		}
+		return
+	}
+	w := s.workers[m.worker]
+	taskDone, err := w.core.Done(p.PieceID)
+	s.check(err)
+	if w.rank == 0 && s.postedAt != nil {
+		s.traceComm(p)
+	}
+	if taskDone {
+		s.tensorSynced(w, p.Iteration, p.Tensor)
+	}
+	s.drainWorker(w)
+}
+
+func (s *simulation) traceComm(p sched.Piece) {
+	k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor)}
+	posted := s.postedAt[k]
+	_ = s.o.Trace.Complete(fmt.Sprintf("tensor %d piece %d/%d", p.Tensor, p.Index, p.Count), "comm", 1, p.Tensor, posted, s.now-posted,
+		map[string]any{"iteration": p.Iteration, "layer": p.Layer, "bytes": p.Bytes})
+}
+
+// ---- ring all-reduce ----
+
+func (s *simulation) drainLeader() {
+	for {
+		p, ok := s.leader.Next()
+		if !ok {
+			break
+		}
+		s.ring = append(s.ring, p)
+	}
+	s.ringNext()
+}
+
+func (s *simulation) ringNext() {
+	if s.ringBusy || s.ringHead == len(s.ring) {
+		if s.ringHead == len(s.ring) {
+			s.ring, s.ringHead = s.ring[:0], 0
+		}
+		return
+	}
+	p := s.ring[s.ringHead]
+	s.ringHead++
+	n := float64(s.o.Workers)
+	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
+	s.ringBytes += share
+	occupy := share / s.o.BandwidthBps
+	done := s.now + occupy + 2*(n-1)*s.o.LatencyS
+	var slot int32
+	if k := len(s.ringFree); k > 0 {
+		slot = s.ringFree[k-1]
+		s.ringFree = s.ringFree[:k-1]
+		s.ringSlots[slot] = p
+	} else {
+		slot = int32(len(s.ringSlots))
+		s.ringSlots = append(s.ringSlots, p)
+	}
+	s.ringBusy = true
+	s.q.push(s.now+occupy, evRingFree, 0)
+	s.q.push(done, evRingDone, slot)
+}
+
+func (s *simulation) ringDone(slot int32) {
+	p := s.ringSlots[slot]
+	s.ringFree = append(s.ringFree, slot)
+	taskDone, err := s.leader.Done(p.PieceID)
+	s.check(err)
+	if s.postedAt != nil {
+		s.traceComm(p)
+	}
+	if taskDone {
+		for _, w := range s.workers {
+			s.tensorSynced(w, p.Iteration, p.Tensor)
+		}
+	}
+	s.drainLeader()
+}
+
+// ---- results ----
+
+func (s *simulation) result() *Result {
+	o := s.o
+	r := &Result{Events: s.events, Pieces: s.piecesPerIteration()}
+	for k := 0; k < o.Iterations; k++ {
+		var a, b float64
+		for _, w := range s.workers {
+			a = max(a, w.fwdEnds[k])
+			b = max(b, w.fwdEnds[k+1])
+		}
+		r.IterationTimesS = append(r.IterationTimesS, b-a)
+	}
+	r.IterationTimeS = SteadyState(r.IterationTimesS)
+	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
+	r.Bounds = LowerBounds(o)
+	for i, h := range s.hosts {
+		eg, in := h.egressBytes, h.ingressByte
+		if o.Arch == AllReduce {
+			eg, in = int64(math.Round(s.ringBytes)), int64(math.Round(s.ringBytes))
+		}
+		if i < o.Workers {
+			r.Links.WorkerEgress = append(r.Links.WorkerEgress, eg)
+			r.Links.WorkerIngress = append(r.Links.WorkerIngress, in)
+		} else {
+			r.Links.ServerEgress = append(r.Links.ServerEgress, eg)
+			r.Links.ServerIngress = append(r.Links.ServerIngress, in)
+		}
+	}
+	return r
+}
+
+// piecesPerIteration counts the pieces one worker schedules per iteration
+// under the configuration in force.
+func (s *simulation) piecesPerIteration() int {
+	part := s.o.Sched.PartitionBytes
+	elem := int64(s.o.Profile.BytesPerParam)
+	n := 0
+	for _, t := range s.tensors {
+		if part > 0 && t.bytes > part {
+			n += int(min((t.bytes+part-1)/part, t.bytes/elem))
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// SteadyState is the mean of the iteration times after the warm-up: the
+// first fifth of them, and at least the first one when there are two or
+// more.
+func SteadyState(times []float64) float64 {
+	if len(times) == 0 {
+		return math.NaN()
+	}
+	skip := len(times) / 5
+	if skip == 0 && len(times) > 1 {
+		skip = 1
+	}
+	var sum float64
+	for _, t := range times[skip:] {
+		sum += t
+	}
+	return sum / float64(len(times)-skip)
+}
