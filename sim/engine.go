@@ -14,6 +14,7 @@ const (
 	evDeliver                     // a message fully arrived at its destination
 	evRingFree                    // the all-reduce ring can start the next piece
 	evRingDone                    // an all-reduce piece completed on every rank
+	evAnnounce                    // the PS leader's start of a piece reached the followers
 )
 
 type event struct {

@@ -21,10 +21,12 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
@@ -79,6 +81,11 @@ type Options struct {
 	// previous iteration is synchronised, as an unscheduled framework does;
 	// otherwise layer i waits only for layer i.
 	GlobalBarrier bool
+	// ShardBytes is the parameter-server transport's big-array bound: a
+	// piece larger than this is split evenly across all servers, as MXNet's
+	// kvstore does for arrays over 1M elements, so that no single server
+	// carries a whole large tensor. 0 disables sharding.
+	ShardBytes int64
 	// Iterations is how many training iterations to simulate (>= 1).
 	Iterations int
 	// Jitter slows each compute step by a factor drawn uniformly from
@@ -134,6 +141,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: latency must be >= 0 s, got %v", o.LatencyS)
 	case o.Iterations < 1:
 		return fmt.Errorf("sim: iterations must be >= 1, got %d", o.Iterations)
+	case o.ShardBytes < 0:
+		return fmt.Errorf("sim: shard size must be >= 0 bytes (0 = no sharding), got %d", o.ShardBytes)
 	case !(o.Jitter >= 0) || math.IsInf(o.Jitter, 0):
 		return fmt.Errorf("sim: jitter must be >= 0, got %v", o.Jitter)
 	}
@@ -154,8 +163,11 @@ type message struct {
 	// worker is the pushing worker (push) or the receiving worker (pull).
 	worker int32
 	push   bool
-	bytes  int64
-	piece  sched.Piece
+	// shard is this message's part of the piece when the piece is sharded
+	// across servers.
+	shard int32
+	bytes int64
+	piece sched.Piece
 	// egressEnd is when the last byte left the sender.
 	egressEnd float64
 }
@@ -171,8 +183,10 @@ type host struct {
 }
 
 type worker struct {
-	rank   int
-	core   *sched.Scheduler // PS only
+	rank int
+	// core schedules this worker's pieces (PS only): rank 0 leads, the
+	// others follow its order.
+	core   workerCore
 	iter   int
 	fwd    bool
 	layer  int
@@ -184,12 +198,14 @@ type worker struct {
 	unsynced  int // layers of the iteration in communication not yet synchronised
 	allSynced int // last iteration fully synchronised
 	rng       *rand.Rand
-	fwdEnds   []float64
-	opStart   float64
+	// shardsLeft counts the unfinished shards of each sharded piece.
+	shardsLeft map[sched.PieceID]int32
+	fwdEnds    []float64
+	opStart    float64
 }
 
 type pieceKey struct {
-	iter, tensor, index int32
+	iter, tensor, index, shard int32
 }
 
 type simulation struct {
@@ -205,10 +221,13 @@ type simulation struct {
 	msgs    []message
 	free    []int32
 	// PS state
-	placement map[int64][][]int32 // partition bytes -> tensor -> piece -> server
+	placement map[int64][][]placed // partition bytes -> tensor -> piece
 	// epochPartition[e] is the partition size of configuration epoch e.
 	epochPartition []int64
-	arrived        map[pieceKey]int32
+	// announced are the PS leader's started pieces on their way to the
+	// followers; the queue empties whenever the last one arrives.
+	announced []sched.Piece
+	arrived   map[pieceKey]int32
 	// all-reduce state
 	leader    *sched.Scheduler
 	posts     map[pieceKey]int32 // tasks posted by how many ranks
@@ -250,7 +269,7 @@ func Run(o Options) (*Result, error) {
 
 func newSimulation(o Options) *simulation {
 	p := o.Profile
-	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64][][]int32{},
+	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64][][]placed{},
 		epochPartition: []int64{o.Sched.PartitionBytes}}
 	for l, layer := range p.Layers {
 		var ids []int
@@ -273,12 +292,15 @@ func newSimulation(o Options) *simulation {
 	L := len(p.Layers)
 	for r := 0; r < o.Workers; r++ {
 		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
-			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+			shardsLeft: map[sched.PieceID]int32{},
+			rng:        rand.New(rand.NewPCG(o.Seed, uint64(r)))}
 		for l := range w.synced {
 			w.synced[l] = -1
 		}
-		if o.Arch == PS {
+		if o.Arch == PS && r == 0 {
 			w.core, _ = sched.New(o.Sched) // validated above
+		} else if o.Arch == PS {
+			w.core, _ = sched.NewFollower(o.Sched)
 		}
 		s.workers = append(s.workers, w)
 	}
@@ -317,6 +339,15 @@ func (s *simulation) handle(e event) {
 		s.ringNext()
 	case evRingDone:
 		s.ringDone(e.who)
+	case evAnnounce:
+		p := s.announced[e.who]
+		for _, w := range s.workers[1:] {
+			w.core.(*sched.Follower).Announce(p)
+			s.drainWorker(w)
+		}
+		if int(e.who) == len(s.announced)-1 {
+			s.announced = s.announced[:0]
+		}
 	}
 }
 
@@ -428,33 +459,64 @@ func (s *simulation) tensorSynced(w *worker, it, tensor int) {
 
 // ---- parameter servers ----
 
+// workerCore is what a PS worker needs of the scheduling core.
+type workerCore interface {
+	Post(sched.Task) error
+	Next() (sched.Piece, bool)
+	Done(sched.PieceID) (bool, error)
+}
+
 func (s *simulation) drainWorker(w *worker) {
 	for {
 		p, ok := w.core.Next()
 		if !ok {
 			return
 		}
-		srv := s.serverOf(p)
-		s.send(message{src: int32(w.rank), dst: int32(s.o.Workers) + srv, worker: int32(w.rank), push: true, bytes: p.Bytes, piece: p})
+		if w.rank == 0 && s.o.Workers > 1 {
+			// Tell the followers, one latency later, what the leader started.
+			s.announced = append(s.announced, p)
+			s.q.push(s.now+s.o.LatencyS, evAnnounce, int32(len(s.announced)-1))
+		}
+		pl := s.placementFor(s.epochPartition[p.Epoch])[p.Tensor][p.Index]
+		if len(pl.servers) > 1 {
+			w.shardsLeft[p.PieceID] = int32(len(pl.servers))
+		}
+		for i, srv := range pl.servers {
+			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers) + srv, worker: int32(w.rank), push: true,
+				bytes: pl.shardBytes(i), piece: p, shard: int32(i)})
+		}
 	}
 }
 
-// serverOf is the server holding piece p under the partitioning of the
-// configuration epoch it was cut in.
-func (s *simulation) serverOf(p sched.Piece) int32 {
-	return s.placementFor(s.epochPartition[p.Epoch])[p.Tensor][p.Index]
+// placed is where one piece lives: on one server, or split into equal
+// shards of whole elements across several.
+type placed struct {
+	servers []int32
+	// base and extra size the shards: the first extra shards hold one
+	// more element of elem bytes than the others.
+	base, extra, elem int64
+}
+
+func (p placed) shardBytes(i int) int64 {
+	if int64(i) < p.extra {
+		return (p.base + 1) * p.elem
+	}
+	return p.base * p.elem
 }
 
 // placementFor places the pieces of a partitioning on servers, balancing
 // bytes: each piece of each tensor, in model order, goes to the server with
-// the fewest bytes so far. It depends only on the partition size, so every
-// worker and server computes the same placement.
-func (s *simulation) placementFor(part int64) [][]int32 {
+// the fewest bytes so far, and a piece larger than ShardBytes is split
+// across every server, least loaded first. It depends only on the
+// partition size, so every worker and server computes the same placement.
+func (s *simulation) placementFor(part int64) [][]placed {
 	if pl, ok := s.placement[part]; ok {
 		return pl
 	}
-	load := make([]int64, s.o.Servers)
-	pl := make([][]int32, len(s.tensors))
+	m := s.o.Servers
+	load := make([]int64, m)
+	byLoad := make([]int32, m)
+	pl := make([][]placed, len(s.tensors))
 	elem := int64(s.o.Profile.BytesPerParam)
 	for t, ti := range s.tensors {
 		elems := ti.bytes / elem
@@ -462,21 +524,26 @@ func (s *simulation) placementFor(part int64) [][]int32 {
 		if part > 0 && ti.bytes > part {
 			count = min((ti.bytes+part-1)/part, elems)
 		}
-		pl[t] = make([]int32, count)
+		pl[t] = make([]placed, count)
 		base, extra := elems/count, elems%count
 		for i := range pl[t] {
 			n := base
 			if int64(i) < extra {
 				n++
 			}
-			best := 0
-			for m := 1; m < len(load); m++ {
-				if load[m] < load[best] {
-					best = m
-				}
+			shards := int64(1)
+			if s.o.ShardBytes > 0 && n*elem > s.o.ShardBytes {
+				shards = min(int64(m), n)
 			}
-			pl[t][i] = int32(best)
-			load[best] += n * elem
+			for k := range byLoad {
+				byLoad[k] = int32(k)
+			}
+			slices.SortStableFunc(byLoad, func(a, b int32) int { return cmp.Compare(load[a], load[b]) })
+			p := placed{servers: append([]int32(nil), byLoad[:shards]...), base: n / shards, extra: n % shards, elem: elem}
+			for k, srv := range p.servers {
+				load[srv] += p.shardBytes(k)
+			}
+			pl[t][i] = p
 		}
 	}
 	s.placement[part] = pl
@@ -532,18 +599,25 @@ func (s *simulation) deliver(id int32) {
 	s.free = append(s.free, id)
 	p := m.piece
 	if m.push {
-		k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index)}
+		k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index), shard: m.shard}
 		s.arrived[k]++
 		if s.arrived[k] < int32(s.o.Workers) {
 			return
 		}
 		delete(s.arrived, k)
 		for r := 0; r < s.o.Workers; r++ {
-			s.send(message{src: m.dst, dst: int32(r), worker: int32(r), bytes: p.Bytes, piece: p})
+			s.send(message{src: m.dst, dst: int32(r), worker: int32(r), bytes: m.bytes, piece: p, shard: m.shard})
 		}
 		return
 	}
 	w := s.workers[m.worker]
+	if left, sharded := w.shardsLeft[p.PieceID]; sharded {
+		if left > 1 {
+			w.shardsLeft[p.PieceID] = left - 1
+			return
+		}
+		delete(w.shardsLeft, p.PieceID)
+	}
 	taskDone, err := w.core.Done(p.PieceID)
 	s.check(err)
 	if w.rank == 0 && s.postedAt != nil {

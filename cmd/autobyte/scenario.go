@@ -1,0 +1,180 @@
+package main
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/units"
+)
+
+// ByteScheduler's released defaults, in elements, converted to fp32 bytes
+// (REFERENCE.md §2): partition 1M and credit 4M elements for parameter
+// servers, 8M and 16M elements for all-reduce.
+const (
+	psPartitionBytes = 4_000_000
+	psCreditBytes    = 16_000_000
+	arPartitionBytes = 32_000_000
+	arCreditBytes    = 64_000_000
+	// defaultShardBytes is MXNet's big-array bound (1M elements) in fp32.
+	defaultShardBytes = 4_000_000
+)
+
+// scenarioFlags are the flags shared by every command that describes a job:
+// what model, what network, which scheduler.
+type scenarioFlags struct {
+	model, profile       string
+	arch                 string
+	workers, servers     int
+	bandwidth, latency   string
+	computeScale         float64
+	scheduler, admission string
+	partition, credit    string
+	shard                string
+	iterations           int
+	jitter               float64
+	seed                 uint64
+}
+
+func (f *scenarioFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.model, "model", "", "built-in model (see 'autobyte models')")
+	fs.StringVar(&f.profile, "profile", "", "model profile JSON file (see docs/models.md)")
+	fs.StringVar(&f.arch, "arch", "ps", "aggregation: ps or allreduce")
+	fs.IntVar(&f.workers, "workers", 8, "number of workers")
+	fs.IntVar(&f.servers, "servers", 0, "parameter servers (default: as many as workers; ps only)")
+	fs.StringVar(&f.bandwidth, "bandwidth", "10Gbps", "link rate per host and direction (e.g. 10Gbps, 1MB/s)")
+	fs.StringVar(&f.latency, "latency", "50us", "one-way latency of a message between two hosts")
+	fs.Float64Var(&f.computeScale, "compute-scale", 1, "multiply the profile's compute times (2 = a GPU half as fast)")
+	fs.StringVar(&f.scheduler, "scheduler", "bytescheduler", "fifo (no partitioning, production order, global barrier), priority (layer order, per-layer gates), or bytescheduler (partition + priority + credit)")
+	fs.StringVar(&f.admission, "admission", "positive", "credit rule: positive (ByteScheduler: start while credit > 0) or strict (BytePS: piece must fit)")
+	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
+	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
+	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
+	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
+	fs.Float64Var(&f.jitter, "jitter", 0, "slow each compute step by a random factor in [1, 1+jitter)")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed (for --jitter)")
+}
+
+// loadProfile returns the model chosen by --model or --profile, scaled.
+func (f *scenarioFlags) loadProfile() (*model.Profile, error) {
+	var p *model.Profile
+	var err error
+	switch {
+	case f.model != "" && f.profile != "":
+		return nil, fmt.Errorf("give --model or --profile, not both (got --model %q and --profile %q)", f.model, f.profile)
+	case f.model != "":
+		p, err = model.Get(f.model)
+	case f.profile != "":
+		p, err = model.Load(f.profile)
+	default:
+		return nil, fmt.Errorf("no model: give --model NAME (one of %v) or --profile FILE", model.Zoo())
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !(f.computeScale > 0) || math.IsInf(f.computeScale, 0) {
+		return nil, fmt.Errorf("--compute-scale must be a positive number, got %v", f.computeScale)
+	}
+	return p.Scaled(f.computeScale), nil
+}
+
+// schedConfig returns the core configuration and whether the forward pass
+// keeps the framework's global barrier.
+func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Config, bool, error) {
+	var adm sched.Admission
+	switch f.admission {
+	case "positive":
+		adm = sched.AdmitPositive
+	case "strict":
+		adm = sched.AdmitStrict
+	default:
+		return sched.Config{}, false, fmt.Errorf("unknown --admission %q (want positive or strict)", f.admission)
+	}
+	tuned := cmd.Flags().Changed("partition") || cmd.Flags().Changed("credit")
+	switch f.scheduler {
+	case "fifo", "priority":
+		if tuned {
+			return sched.Config{}, false, fmt.Errorf("--partition and --credit apply to --scheduler bytescheduler, not %q", f.scheduler)
+		}
+		if f.scheduler == "fifo" {
+			return sched.Config{Order: sched.OrderFIFO, Admission: adm}, true, nil
+		}
+		return sched.Config{Order: sched.OrderPriority, Admission: adm}, false, nil
+	case "bytescheduler":
+	default:
+		return sched.Config{}, false, fmt.Errorf("unknown --scheduler %q (want fifo, priority or bytescheduler)", f.scheduler)
+	}
+	part, credit := int64(psPartitionBytes), int64(psCreditBytes)
+	if arch == sim.AllReduce {
+		part, credit = arPartitionBytes, arCreditBytes
+	}
+	var err error
+	if f.partition != "" {
+		if part, err = units.ParseBytes(f.partition); err != nil {
+			return sched.Config{}, false, fmt.Errorf("--partition: %w", err)
+		}
+	}
+	if f.credit != "" {
+		if credit, err = units.ParseBytes(f.credit); err != nil {
+			return sched.Config{}, false, fmt.Errorf("--credit: %w", err)
+		}
+	}
+	return sched.Config{PartitionBytes: part, CreditBytes: credit, Order: sched.OrderPriority, Admission: adm}, false, nil
+}
+
+// options turns the flags into simulator options.
+func (f *scenarioFlags) options(cmd *cobra.Command) (sim.Options, error) {
+	var o sim.Options
+	arch, err := sim.ParseArch(f.arch)
+	if err != nil {
+		return o, fmt.Errorf("--arch: %w", err)
+	}
+	if f.workers < 1 {
+		return o, fmt.Errorf("--workers must be >= 1, got %d", f.workers)
+	}
+	servers := f.servers
+	switch {
+	case arch == sim.AllReduce && cmd.Flags().Changed("servers"):
+		return o, fmt.Errorf("--servers %d: all-reduce has no parameter servers", f.servers)
+	case arch == sim.PS && !cmd.Flags().Changed("servers"):
+		servers = f.workers
+	case arch == sim.PS && servers < 1:
+		return o, fmt.Errorf("--servers must be >= 1, got %d", f.servers)
+	}
+	bw, err := units.ParseRate(f.bandwidth)
+	if err != nil {
+		return o, fmt.Errorf("--bandwidth: %w", err)
+	}
+	lat, err := units.ParseDuration(f.latency)
+	if err != nil {
+		return o, fmt.Errorf("--latency: %w", err)
+	}
+	if f.iterations < 1 {
+		return o, fmt.Errorf("--iterations must be >= 1, got %d", f.iterations)
+	}
+	if !(f.jitter >= 0) || math.IsInf(f.jitter, 0) {
+		return o, fmt.Errorf("--jitter must be >= 0, got %v", f.jitter)
+	}
+	var shard int64
+	if arch == sim.PS && f.shard != "0" {
+		if shard, err = units.ParseBytes(f.shard); err != nil {
+			return o, fmt.Errorf("--shard: %w", err)
+		}
+	}
+	cfg, barrier, err := f.schedConfig(cmd, arch)
+	if err != nil {
+		return o, err
+	}
+	p, err := f.loadProfile()
+	if err != nil {
+		return o, err
+	}
+	return sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
+		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg, GlobalBarrier: barrier,
+		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}, nil
+}

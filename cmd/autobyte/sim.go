@@ -1,0 +1,164 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/trace"
+	"github.com/autobyte/autobyte/units"
+)
+
+func newSimCmd() *cobra.Command {
+	var f scenarioFlags
+	var traceFile string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "sim",
+		Short: "Simulate a training job's iterations on a virtual clock",
+		Long: `sim replays a model's compute on every worker and schedules its gradient
+communication with the scheduling core over a simulated network of duplex host
+links, with parameter servers or ring all-reduce. It reports the steady-state
+iteration time next to lower bounds for the same job.`,
+		Example: `  autobyte sim --model vgg16 --arch ps --workers 8 --bandwidth 10Gbps --scheduler bytescheduler
+  autobyte sim --model toy3 --workers 1 --servers 1 --bandwidth 1MB/s --latency 0 --scheduler fifo --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, err := f.options(cmd)
+			if err != nil {
+				return err
+			}
+			var tf *os.File
+			if traceFile != "" {
+				if tf, err = os.Create(traceFile); err != nil {
+					return fmt.Errorf("--trace: %w", err)
+				}
+				defer tf.Close()
+				o.Trace = trace.NewWriter(tf)
+			}
+			start := time.Now()
+			r, err := sim.Run(o)
+			if err != nil {
+				return err
+			}
+			if o.Trace != nil {
+				if err := o.Trace.Close(); err != nil {
+					return fmt.Errorf("--trace %s: %w", traceFile, err)
+				}
+				if err := tf.Close(); err != nil {
+					return fmt.Errorf("--trace %s: %w", traceFile, err)
+				}
+			}
+			rep := newSimReport(f, o, r, time.Since(start))
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				return enc.Encode(rep)
+			}
+			return rep.writeText(cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return cmd
+}
+
+// simReport is the JSON contract of 'autobyte sim --json'; scripts depend on
+// its field names.
+type simReport struct {
+	Model            string     `json:"model"`
+	Arch             string     `json:"arch"`
+	Workers          int        `json:"workers"`
+	Servers          int        `json:"servers"`
+	BandwidthBps     float64    `json:"bandwidth_bytes_per_s"`
+	LatencyS         float64    `json:"latency_s"`
+	ComputeScale     float64    `json:"compute_scale"`
+	Scheduler        string     `json:"scheduler"`
+	Admission        string     `json:"admission"`
+	PartitionBytes   int64      `json:"partition_bytes"`
+	CreditBytes      int64      `json:"credit_bytes"`
+	Iterations       int        `json:"iterations"`
+	IterationTimeS   float64    `json:"iteration_time_s"`
+	IterationTimesS  []float64  `json:"iteration_times_s"`
+	LowerBoundS      float64    `json:"lower_bound_s"`
+	BoundRatio       float64    `json:"achieved_over_bound"`
+	Bounds           sim.Bounds `json:"bounds"`
+	SamplesPerS      float64    `json:"samples_per_s"`
+	PiecesPerIter    int        `json:"pieces_per_iteration"`
+	GradientBytes    int64      `json:"gradient_bytes"`
+	Links            linkReport `json:"link_bytes"`
+	Events           int64      `json:"events"`
+	WallS            float64    `json:"wall_s"`
+	SimEventsPerWall float64    `json:"events_per_wall_s"`
+}
+
+// linkReport summarises the bytes carried per link over the run.
+type linkReport struct {
+	WorkerEgressMax  int64 `json:"worker_egress_max"`
+	WorkerIngressMax int64 `json:"worker_ingress_max"`
+	ServerEgressMax  int64 `json:"server_egress_max,omitempty"`
+	ServerIngressMax int64 `json:"server_ingress_max,omitempty"`
+	Total            int64 `json:"total_egress"`
+}
+
+func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Duration) simReport {
+	name := o.Profile.Name
+	maxOf := func(xs []int64) int64 {
+		if len(xs) == 0 {
+			return 0
+		}
+		return slices.Max(xs)
+	}
+	var total int64
+	for _, xs := range [][]int64{r.Links.WorkerEgress, r.Links.ServerEgress} {
+		for _, x := range xs {
+			total += x
+		}
+	}
+	return simReport{
+		Model: name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
+		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, ComputeScale: f.computeScale,
+		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
+		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
+		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
+		LowerBoundS: r.Bounds.MaxS, BoundRatio: r.IterationTimeS / r.Bounds.MaxS, Bounds: r.Bounds,
+		SamplesPerS: r.SamplesPerS, PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
+		Links: linkReport{
+			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),
+			ServerEgressMax: maxOf(r.Links.ServerEgress), ServerIngressMax: maxOf(r.Links.ServerIngress),
+			Total: total,
+		},
+		Events: r.Events, WallS: wall.Seconds(), SimEventsPerWall: float64(r.Events) / wall.Seconds(),
+	}
+}
+
+func (r simReport) writeText(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	sz := func(n int64) string {
+		if n == 0 {
+			return "none"
+		}
+		return units.FormatBytes(n)
+	}
+	fmt.Fprintf(tw, "model\t%s (%s of gradients, %d pieces/iteration)\n", r.Model, units.FormatBytes(r.GradientBytes), r.PiecesPerIter)
+	cluster := fmt.Sprintf("%s, %d workers", r.Arch, r.Workers)
+	if r.Arch == "ps" {
+		cluster += fmt.Sprintf(", %d servers", r.Servers)
+	}
+	fmt.Fprintf(tw, "cluster\t%s, %s per link, %s latency\n", cluster, units.FormatRate(r.BandwidthBps), units.FormatSeconds(r.LatencyS))
+	fmt.Fprintf(tw, "scheduler\t%s (partition %s, credit %s, admission %s)\n", r.Scheduler, sz(r.PartitionBytes), sz(r.CreditBytes), r.Admission)
+	fmt.Fprintf(tw, "iteration\t%s steady state (%d iterations), %.1f samples/s\n", units.FormatSeconds(r.IterationTimeS), r.Iterations, r.SamplesPerS)
+	fmt.Fprintf(tw, "lower bound\t%s (achieved/bound %.3f): compute %s, worker link %s, server link %s, first layer %s, fluid %s\n",
+		units.FormatSeconds(r.LowerBoundS), r.BoundRatio, units.FormatSeconds(r.Bounds.ComputeS), units.FormatSeconds(r.Bounds.WorkerLinkS),
+		units.FormatSeconds(r.Bounds.ServerLinkS), units.FormatSeconds(r.Bounds.FirstLayerS), units.FormatSeconds(r.Bounds.FluidS))
+	fmt.Fprintf(tw, "link bytes\tworker egress max %s, server ingress max %s, total %s\n", units.FormatBytes(r.Links.WorkerEgressMax), units.FormatBytes(r.Links.ServerIngressMax), units.FormatBytes(r.Links.Total))
+	fmt.Fprintf(tw, "simulated\t%d events in %s (%.2g events/s)\n", r.Events, units.FormatSeconds(r.WallS), r.SimEventsPerWall)
+	return tw.Flush()
+}

@@ -1,0 +1,138 @@
+package sched
+
+import "fmt"
+
+// Follower admits pieces in exactly the order a leader's Scheduler started
+// them, under its own credit window. Parameter-server workers use it so that
+// every worker starts pieces in one global sequence: if each worker ordered
+// its own ready pieces, two workers could each hold all their credit on a
+// piece the other has not pushed yet, and since a server answers a piece
+// only once every worker pushed it, neither would ever finish. With one
+// sequence the earliest unfinished piece is always startable on every
+// worker, so the job cannot deadlock.
+//
+// Like Scheduler it is a pure state machine and not safe for concurrent use.
+type Follower struct {
+	cfg     Config
+	pending []pending
+	maxIter int
+	posted  bool
+	// announced holds the leader's started pieces this worker has not
+	// started yet, in the leader's order.
+	announced []Piece
+	head      int
+	ready     map[taskID]bool // tasks whose gradient is ready here
+	tasks     map[taskID]int  // pieces of each started task not yet done
+	inflight  map[PieceID]int64
+
+	inflightBytes, available int64
+}
+
+// NewFollower returns a follower whose credit window and admission rule are
+// those of cfg (its partition size and order are the leader's business).
+func NewFollower(cfg Config) (*Follower, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{},
+		tasks: map[taskID]int{}, inflight: map[PieceID]int64{}}, nil
+}
+
+// Reconfigure changes the credit window for tasks of iteration from and
+// later, with the same rules as Scheduler.Reconfigure.
+func (f *Follower) Reconfigure(cfg Config, from int) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if f.posted && from <= f.maxIter {
+		return fmt.Errorf("sched: configuration change from iteration %d comes too late: iteration %d already posted", from, f.maxIter)
+	}
+	if n := len(f.pending); n > 0 && from <= f.pending[n-1].from {
+		return fmt.Errorf("sched: configuration change from iteration %d must come after the pending one from iteration %d", from, f.pending[n-1].from)
+	}
+	f.pending = append(f.pending, pending{cfg: cfg, from: from})
+	return nil
+}
+
+// Announce tells the follower that the leader started piece p.
+func (f *Follower) Announce(p Piece) {
+	f.announced = append(f.announced, p)
+}
+
+// Post records that task t's gradient is ready on this worker.
+func (f *Follower) Post(t Task) error {
+	if t.Bytes <= 0 {
+		return fmt.Errorf("sched: task of tensor %d iteration %d: size must be > 0 bytes, got %d", t.Tensor, t.Iteration, t.Bytes)
+	}
+	if f.posted && t.Iteration < f.maxIter {
+		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, f.maxIter)
+	}
+	id := taskID{iteration: t.Iteration, tensor: t.Tensor}
+	if f.ready[id] {
+		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
+	}
+	f.posted, f.maxIter = true, t.Iteration
+	for len(f.pending) > 0 && f.pending[0].from <= t.Iteration {
+		f.cfg = f.pending[0].cfg
+		f.available = f.cfg.CreditBytes - f.inflightBytes
+		f.pending = f.pending[1:]
+	}
+	f.ready[id] = true
+	return nil
+}
+
+// Next returns the leader's next piece if its gradient is ready here and
+// the credit window admits it.
+func (f *Follower) Next() (Piece, bool) {
+	if f.head == len(f.announced) {
+		f.announced, f.head = f.announced[:0], 0
+		return Piece{}, false
+	}
+	p := f.announced[f.head]
+	id := taskID{iteration: p.Iteration, tensor: p.Tensor}
+	if !f.ready[id] {
+		return Piece{}, false
+	}
+	if c := f.cfg.CreditBytes; c > 0 {
+		switch f.cfg.Admission {
+		case AdmitPositive:
+			if f.available <= 0 {
+				return Piece{}, false
+			}
+		case AdmitStrict:
+			if p.Bytes > f.available && f.inflightBytes > 0 {
+				return Piece{}, false
+			}
+		}
+	}
+	f.head++
+	if _, ok := f.tasks[id]; !ok {
+		f.tasks[id] = p.Count
+	}
+	f.inflight[p.PieceID] = p.Bytes
+	f.inflightBytes += p.Bytes
+	f.available -= p.Bytes
+	return p, true
+}
+
+// Done reports that an in-flight piece finished and returns its credit;
+// taskDone is true when it was the last piece of its task.
+func (f *Follower) Done(id PieceID) (taskDone bool, err error) {
+	b, ok := f.inflight[id]
+	if !ok {
+		return false, fmt.Errorf("sched: piece %d of tensor %d iteration %d finished but is not in flight", id.Index, id.Tensor, id.Iteration)
+	}
+	delete(f.inflight, id)
+	f.inflightBytes -= b
+	f.available += b
+	tid := taskID{iteration: id.Iteration, tensor: id.Tensor}
+	if f.tasks[tid]--; f.tasks[tid] == 0 {
+		delete(f.tasks, tid)
+		delete(f.ready, tid)
+		return true, nil
+	}
+	return false, nil
+}
+
+// InFlightBytes is the sum of the sizes of pieces started and not yet done.
+func (f *Follower) InFlightBytes() int64 { return f.inflightBytes }
