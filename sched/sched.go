@@ -146,12 +146,14 @@ type Scheduler struct {
 	inflight map[PieceID]int64
 	// tasks counts the pieces of each posted task not yet done.
 	tasks map[taskID]int
+	// postedNow holds the tensors posted for iteration maxIter, to refuse
+	// a task posted twice even after it finished.
+	postedNow map[int]bool
 	// inflightBytes is the sum of inflight; available is the remaining
 	// credit, which may go negative under AdmitPositive.
 	inflightBytes int64
 	available     int64
 	seq           uint64
-	skipped       []Piece // scratch for AdmitStrict
 }
 
 // New returns a scheduler with the initial configuration cfg.
@@ -159,7 +161,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int)}
+	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int), postedNow: make(map[int]bool)}
 	s.ready.order = cfg.Order
 	s.available = cfg.CreditBytes
 	return s, nil
@@ -204,10 +206,14 @@ func (s *Scheduler) Post(t Task) error {
 		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, s.maxIter)
 	}
 	tid := taskID{iteration: t.Iteration, tensor: t.Tensor}
-	if _, dup := s.tasks[tid]; dup {
+	if t.Iteration != s.maxIter || !s.posted {
+		clear(s.postedNow)
+	}
+	if s.postedNow[t.Tensor] {
 		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
 	}
 	s.posted, s.maxIter = true, t.Iteration
+	s.postedNow[t.Tensor] = true
 	for len(s.pending) > 0 && s.pending[0].from <= t.Iteration {
 		s.apply(s.pending[0].cfg)
 		s.pending = s.pending[1:]
@@ -215,8 +221,7 @@ func (s *Scheduler) Post(t Task) error {
 	elems := t.Bytes / elem
 	count := int64(1)
 	if p := s.cfg.PartitionBytes; p > 0 && t.Bytes > p {
-		count = (t.Bytes + p - 1) / p
-		count = min(count, elems)
+		count = min((t.Bytes-1)/p+1, elems) // not (b+p-1)/p, which overflows
 	}
 	s.tasks[tid] = int(count)
 	base, extra := elems/count, elems%count
@@ -267,24 +272,19 @@ func (s *Scheduler) Next() (Piece, bool) {
 	if s.inflightBytes == 0 && s.ready.items[0].Bytes > s.available {
 		return s.start(s.ready.pop()), true
 	}
-	s.skipped = s.skipped[:0]
-	var found Piece
-	ok := false
-	for s.ready.Len() > 0 {
-		p := s.ready.pop()
-		if p.Bytes <= s.available {
-			found, ok = p, true
-			break
-		}
-		s.skipped = append(s.skipped, p)
-	}
-	for _, p := range s.skipped {
-		s.ready.push(p)
-	}
-	if !ok {
+	if s.available <= 0 {
 		return Piece{}, false
 	}
-	return s.start(found), true
+	best := -1
+	for i := range s.ready.items {
+		if s.ready.items[i].Bytes <= s.available && (best < 0 || s.ready.less(i, best)) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return Piece{}, false
+	}
+	return s.start(s.ready.remove(best)), true
 }
 
 func (s *Scheduler) start(p Piece) Piece {
@@ -365,6 +365,21 @@ func (h *pieceHeap) pop() Piece {
 		h.down(0)
 	}
 	return top
+}
+
+// remove takes out and returns the item at index i.
+func (h *pieceHeap) remove(i int) Piece {
+	p := h.items[i]
+	n := len(h.items) - 1
+	if i != n {
+		h.items[i] = h.items[n]
+		h.items = h.items[:n]
+		h.down(i)
+		h.up(i)
+	} else {
+		h.items = h.items[:n]
+	}
+	return p
 }
 
 func (h *pieceHeap) reorder(o Order) {

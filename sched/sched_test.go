@@ -249,22 +249,24 @@ func TestOrderFIFO(t *testing.T) {
 }
 
 func TestOrderPriority(t *testing.T) {
+	// Tensor ids deliberately do not follow layers, so the layer must be
+	// compared before the tensor.
 	s := newSched(t, Config{PartitionBytes: mib, Order: OrderPriority})
 	post(t, s,
-		Task{Iteration: 0, Tensor: 3, Layer: 2, Bytes: 2 * mib},
-		// Tensors 2 and 1 share layer 1, posted in reverse tensor order:
+		Task{Iteration: 0, Tensor: 1, Layer: 2, Bytes: 2 * mib},
+		// Tensors 5 and 3 share layer 1, posted in reverse tensor order:
 		// the tensor breaks the tie.
-		Task{Iteration: 0, Tensor: 2, Layer: 1, Bytes: mib},
-		Task{Iteration: 0, Tensor: 1, Layer: 1, Bytes: 2 * mib},
-		Task{Iteration: 0, Tensor: 0, Layer: 0, Bytes: 3 * mib},
+		Task{Iteration: 0, Tensor: 5, Layer: 1, Bytes: mib},
+		Task{Iteration: 0, Tensor: 3, Layer: 1, Bytes: 2 * mib},
+		Task{Iteration: 0, Tensor: 9, Layer: 0, Bytes: 3 * mib},
 		// A later iteration's layer 0 waits for all of iteration 0.
-		Task{Iteration: 1, Tensor: 0, Layer: 0, Bytes: mib},
+		Task{Iteration: 1, Tensor: 9, Layer: 0, Bytes: mib},
 	)
 	wantIDs(t, "priority", startAll(s),
-		pid(0, 0, 0), pid(0, 0, 1), pid(0, 0, 2),
-		pid(0, 1, 0), pid(0, 1, 1), pid(0, 2, 0),
-		pid(0, 3, 0), pid(0, 3, 1),
-		pid(1, 0, 0))
+		pid(0, 9, 0), pid(0, 9, 1), pid(0, 9, 2),
+		pid(0, 3, 0), pid(0, 3, 1), pid(0, 5, 0),
+		pid(0, 1, 0), pid(0, 1, 1),
+		pid(1, 9, 0))
 }
 
 // TestOrderPriorityPreempts checks that a more urgent task posted while

@@ -82,9 +82,11 @@ type Options struct {
 	// otherwise layer i waits only for layer i.
 	GlobalBarrier bool
 	// ShardBytes is the parameter-server transport's big-array bound: a
-	// piece larger than this is split evenly across all servers, as MXNet's
-	// kvstore does for arrays over 1M elements, so that no single server
-	// carries a whole large tensor. 0 disables sharding.
+	// piece larger than this is split into ceil(size/ShardBytes) near-equal
+	// shards on distinct servers (at most one per server), as MXNet's
+	// kvstore and BytePS do for large arrays, so that no single server
+	// carries a whole large tensor. The shards of a piece still form one
+	// scheduling unit. 0 disables sharding.
 	ShardBytes int64
 	// Iterations is how many training iterations to simulate (>= 1).
 	Iterations int
@@ -507,7 +509,7 @@ func (p placed) shardBytes(i int) int64 {
 // placementFor places the pieces of a partitioning on servers, balancing
 // bytes: each piece of each tensor, in model order, goes to the server with
 // the fewest bytes so far, and a piece larger than ShardBytes is split
-// across every server, least loaded first. It depends only on the
+// into shards on the least loaded servers. It depends only on the
 // partition size, so every worker and server computes the same placement.
 func (s *simulation) placementFor(part int64) [][]placed {
 	if pl, ok := s.placement[part]; ok {
@@ -532,8 +534,8 @@ func (s *simulation) placementFor(part int64) [][]placed {
 				n++
 			}
 			shards := int64(1)
-			if s.o.ShardBytes > 0 && n*elem > s.o.ShardBytes {
-				shards = min(int64(m), n)
+			if sb := s.o.ShardBytes; sb > 0 && n*elem > sb {
+				shards = min(int64(m), n, (n*elem+sb-1)/sb)
 			}
 			for k := range byLoad {
 				byLoad[k] = int32(k)
