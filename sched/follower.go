@@ -22,7 +22,10 @@ type Follower struct {
 	announced []Piece
 	head      int
 	ready     map[taskID]bool // tasks whose gradient is ready here
-	tasks     map[taskID]int  // pieces of each started task not yet done
+	// postedNow holds the tensors posted for iteration maxIter, to refuse
+	// a task posted twice even after it finished.
+	postedNow map[int]bool
+	tasks     map[taskID]int // pieces of each started task not yet done
 	inflight  map[PieceID]int64
 
 	inflightBytes, available int64
@@ -34,7 +37,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{},
+	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{}, postedNow: map[int]bool{},
 		tasks: map[taskID]int{}, inflight: map[PieceID]int64{}}, nil
 }
 
@@ -68,10 +71,14 @@ func (f *Follower) Post(t Task) error {
 		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, f.maxIter)
 	}
 	id := taskID{iteration: t.Iteration, tensor: t.Tensor}
-	if f.ready[id] {
+	if t.Iteration != f.maxIter || !f.posted {
+		clear(f.postedNow)
+	}
+	if f.postedNow[t.Tensor] {
 		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
 	}
 	f.posted, f.maxIter = true, t.Iteration
+	f.postedNow[t.Tensor] = true
 	for len(f.pending) > 0 && f.pending[0].from <= t.Iteration {
 		f.cfg = f.pending[0].cfg
 		f.available = f.cfg.CreditBytes - f.inflightBytes

@@ -135,6 +135,27 @@ type pending struct {
 	from int
 }
 
+// PieceCount is how many pieces a tensor of size bytes is cut into under a
+// partition size: ceil(size/partition), at most one per element, and 1 when
+// partition is 0 (no partitioning) or not smaller than the tensor.
+func PieceCount(size, elemBytes, partition int64) int64 {
+	if partition <= 0 || size <= partition {
+		return 1
+	}
+	return min((size-1)/partition+1, size/elemBytes) // not (size+p-1)/p, which overflows
+}
+
+// PieceBytes is the size of piece i of count near-equal pieces of whole
+// elements of a tensor of size bytes; the larger pieces come first.
+func PieceBytes(size, elemBytes, count, i int64) int64 {
+	elems := size / elemBytes
+	n := elems / count
+	if i < elems%count {
+		n++
+	}
+	return n * elemBytes
+}
+
 // Scheduler is the core state machine. Create one with New.
 type Scheduler struct {
 	cfg      Config
@@ -218,26 +239,18 @@ func (s *Scheduler) Post(t Task) error {
 		s.apply(s.pending[0].cfg)
 		s.pending = s.pending[1:]
 	}
-	elems := t.Bytes / elem
-	count := int64(1)
-	if p := s.cfg.PartitionBytes; p > 0 && t.Bytes > p {
-		count = min((t.Bytes-1)/p+1, elems) // not (b+p-1)/p, which overflows
-	}
+	count := PieceCount(t.Bytes, elem, s.cfg.PartitionBytes)
 	s.tasks[tid] = int(count)
-	base, extra := elems/count, elems%count
 	var off int64
 	for i := int64(0); i < count; i++ {
-		n := base
-		if i < extra {
-			n++
-		}
+		n := PieceBytes(t.Bytes, elem, count, i)
 		s.seq++
 		s.ready.push(Piece{
 			PieceID: PieceID{Iteration: t.Iteration, Tensor: t.Tensor, Index: int(i)},
-			Layer:   t.Layer, Count: int(count), Offset: off, Bytes: n * elem,
+			Layer:   t.Layer, Count: int(count), Offset: off, Bytes: n,
 			Epoch: s.epoch, seq: s.seq,
 		})
-		off += n * elem
+		off += n
 	}
 	return nil
 }

@@ -21,14 +21,13 @@
 package sim
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"slices"
 
 	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/placement"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/trace"
 )
@@ -223,7 +222,7 @@ type simulation struct {
 	msgs    []message
 	free    []int32
 	// PS state
-	placement map[int64][][]placed // partition bytes -> tensor -> piece
+	placement map[int64]*placement.Plan // by partition size
 	// epochPartition[e] is the partition size of configuration epoch e.
 	epochPartition []int64
 	// announced are the PS leader's started pieces on their way to the
@@ -271,7 +270,7 @@ func Run(o Options) (*Result, error) {
 
 func newSimulation(o Options) *simulation {
 	p := o.Profile
-	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64][][]placed{},
+	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64]*placement.Plan{},
 		epochPartition: []int64{o.Sched.PartitionBytes}}
 	for l, layer := range p.Layers {
 		var ids []int
@@ -479,74 +478,35 @@ func (s *simulation) drainWorker(w *worker) {
 			s.announced = append(s.announced, p)
 			s.q.push(s.now+s.o.LatencyS, evAnnounce, int32(len(s.announced)-1))
 		}
-		pl := s.placementFor(s.epochPartition[p.Epoch])[p.Tensor][p.Index]
-		if len(pl.servers) > 1 {
-			w.shardsLeft[p.PieceID] = int32(len(pl.servers))
+		plan := s.placementFor(s.epochPartition[p.Epoch])
+		if s.err != nil {
+			return
 		}
-		for i, srv := range pl.servers {
-			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers) + srv, worker: int32(w.rank), push: true,
-				bytes: pl.shardBytes(i), piece: p, shard: int32(i)})
+		shards := plan.Pieces[p.Tensor][p.Index]
+		if len(shards) > 1 {
+			w.shardsLeft[p.PieceID] = int32(len(shards))
+		}
+		for i, sh := range shards {
+			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers + sh.Server), worker: int32(w.rank), push: true,
+				bytes: sh.Bytes, piece: p, shard: int32(i)})
 		}
 	}
 }
 
-// placed is where one piece lives: on one server, or split into equal
-// shards of whole elements across several.
-type placed struct {
-	servers []int32
-	// base and extra size the shards: the first extra shards hold one
-	// more element of elem bytes than the others.
-	base, extra, elem int64
-}
-
-func (p placed) shardBytes(i int) int64 {
-	if int64(i) < p.extra {
-		return (p.base + 1) * p.elem
-	}
-	return p.base * p.elem
-}
-
-// placementFor places the pieces of a partitioning on servers, balancing
-// bytes: each piece of each tensor, in model order, goes to the server with
-// the fewest bytes so far, and a piece larger than ShardBytes is split
-// into shards on the least loaded servers. It depends only on the
-// partition size, so every worker and server computes the same placement.
-func (s *simulation) placementFor(part int64) [][]placed {
+// placementFor returns the placement of a partitioning (computed once).
+func (s *simulation) placementFor(part int64) *placement.Plan {
 	if pl, ok := s.placement[part]; ok {
 		return pl
 	}
-	m := s.o.Servers
-	load := make([]int64, m)
-	byLoad := make([]int32, m)
-	pl := make([][]placed, len(s.tensors))
-	elem := int64(s.o.Profile.BytesPerParam)
+	sizes := make([]int64, len(s.tensors))
 	for t, ti := range s.tensors {
-		elems := ti.bytes / elem
-		count := int64(1)
-		if part > 0 && ti.bytes > part {
-			count = min((ti.bytes+part-1)/part, elems)
-		}
-		pl[t] = make([]placed, count)
-		base, extra := elems/count, elems%count
-		for i := range pl[t] {
-			n := base
-			if int64(i) < extra {
-				n++
-			}
-			shards := int64(1)
-			if sb := s.o.ShardBytes; sb > 0 && n*elem > sb {
-				shards = min(int64(m), n, (n*elem+sb-1)/sb)
-			}
-			for k := range byLoad {
-				byLoad[k] = int32(k)
-			}
-			slices.SortStableFunc(byLoad, func(a, b int32) int { return cmp.Compare(load[a], load[b]) })
-			p := placed{servers: append([]int32(nil), byLoad[:shards]...), base: n / shards, extra: n % shards, elem: elem}
-			for k, srv := range p.servers {
-				load[srv] += p.shardBytes(k)
-			}
-			pl[t][i] = p
-		}
+		sizes[t] = ti.bytes
+	}
+	pl, err := placement.Place(placement.Inputs{TensorBytes: sizes, ElemBytes: int64(s.o.Profile.BytesPerParam),
+		PartitionBytes: part, ShardBytes: s.o.ShardBytes, Servers: s.o.Servers})
+	s.check(err)
+	if err != nil {
+		pl = &placement.Plan{}
 	}
 	s.placement[part] = pl
 	return pl
@@ -730,15 +690,9 @@ func (s *simulation) result() *Result {
 // piecesPerIteration counts the pieces one worker schedules per iteration
 // under the configuration in force.
 func (s *simulation) piecesPerIteration() int {
-	part := s.o.Sched.PartitionBytes
-	elem := int64(s.o.Profile.BytesPerParam)
 	n := 0
 	for _, t := range s.tensors {
-		if part > 0 && t.bytes > part {
-			n += int(min((t.bytes+part-1)/part, t.bytes/elem))
-		} else {
-			n++
-		}
+		n += int(sched.PieceCount(t.bytes, int64(s.o.Profile.BytesPerParam), s.o.Sched.PartitionBytes))
 	}
 	return n
 }

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the CLI in-process and returns stdout and the error.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	root := newRoot()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), err
+}
+
+func simJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	out, err := run(t, append([]string{"sim", "--json"}, args...)...)
+	if err != nil {
+		t.Fatalf("autobyte sim %v: %v", args, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatalf("sim --json printed invalid JSON: %v\n%s", err, out)
+	}
+	return m
+}
+
+// TestToy3Contract checks the documented example through the CLI contract.
+func TestToy3Contract(t *testing.T) {
+	base := []string{"--model", "toy3", "--workers", "1", "--servers", "1", "--bandwidth", "1MB/s", "--latency", "0"}
+	fifo := simJSON(t, append(base, "--scheduler", "fifo")...)
+	bs := simJSON(t, append(base, "--scheduler", "bytescheduler", "--partition", "0.5MB", "--credit", "1MB")...)
+	if got := fifo["iteration_time_s"].(float64); math.Abs(got-13) > 1e-9 {
+		t.Errorf("fifo iteration_time_s = %v, want 13", got)
+	}
+	if got := bs["iteration_time_s"].(float64); math.Abs(got-9) > 1e-9 {
+		t.Errorf("bytescheduler iteration_time_s = %v, want 9", got)
+	}
+	for _, key := range []string{"iteration_time_s", "lower_bound_s", "samples_per_s", "partition_bytes", "credit_bytes"} {
+		if _, ok := bs[key]; !ok {
+			t.Errorf("sim --json lacks %q", key)
+		}
+	}
+	if bs["partition_bytes"].(float64) != 500000 || bs["credit_bytes"].(float64) != 1e6 {
+		t.Errorf("partition/credit = %v/%v, want 500000/1000000", bs["partition_bytes"], bs["credit_bytes"])
+	}
+	if fifo["partition_bytes"].(float64) != 0 {
+		t.Errorf("fifo partition_bytes = %v, want 0 (no partitioning)", fifo["partition_bytes"])
+	}
+}
+
+func TestByteSchedulerDefaults(t *testing.T) {
+	ps := simJSON(t, "--model", "resnet50", "--workers", "2", "--iterations", "2")
+	ar := simJSON(t, "--model", "resnet50", "--workers", "2", "--arch", "allreduce", "--iterations", "2")
+	if ps["partition_bytes"].(float64) != 4e6 || ps["credit_bytes"].(float64) != 16e6 {
+		t.Errorf("ps defaults = %v/%v, want 4e6/16e6 (1M/4M fp32 elements)", ps["partition_bytes"], ps["credit_bytes"])
+	}
+	if ar["partition_bytes"].(float64) != 32e6 || ar["credit_bytes"].(float64) != 64e6 {
+		t.Errorf("allreduce defaults = %v/%v, want 32e6/64e6 (8M/16M fp32 elements)", ar["partition_bytes"], ar["credit_bytes"])
+	}
+}
+
+func TestProfileFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "m.json")
+	if err := os.WriteFile(good, []byte(`{"name":"mine","batch_size":4,"device":"x","layers":[
+		{"name":"a","forward_s":0.01,"backward_s":0.02,"tensors":[{"name":"a.w","params":1000000}]},
+		{"name":"b","forward_s":0.01,"backward_s":0.02,"tensors":[{"name":"b.w","params":250000}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m := simJSON(t, "--profile", good, "--workers", "4", "--iterations", "3")
+	if m["model"] != "mine" || m["gradient_bytes"].(float64) != 5e6 {
+		t.Errorf("profile run: model %v gradient_bytes %v, want mine and 5e6", m["model"], m["gradient_bytes"])
+	}
+}
+
+// TestBadInput: every bad value fails with one line that names it.
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(bad, []byte(`{"name":"x","batch_size":1,"layers":[{"name":"a","tensors":[{"name":"w","params":-5}]}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage.json")
+	if err := os.WriteFile(garbage, []byte(`{"name": `), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sim", "--model", "nosuch"}, `"nosuch"`},
+		{[]string{"sim"}, "--model"},
+		{[]string{"sim", "--model", "toy3", "--profile", bad}, "not both"},
+		{[]string{"sim", "--profile", bad}, "-5"},
+		{[]string{"sim", "--profile", garbage}, "garbage.json"},
+		{[]string{"sim", "--profile", filepath.Join(dir, "missing.json")}, "missing.json"},
+		{[]string{"sim", "--model", "toy3", "--bandwidth", "0Gbps"}, `"0Gbps"`},
+		{[]string{"sim", "--model", "toy3", "--bandwidth", "-1Gbps"}, `"-1Gbps"`},
+		{[]string{"sim", "--model", "toy3", "--bandwidth", "10Gbpx"}, `"10Gbpx"`},
+		{[]string{"sim", "--model", "toy3", "--partition", "0MB"}, `"0MB"`},
+		{[]string{"sim", "--model", "toy3", "--credit", "-4MB"}, `"-4MB"`},
+		{[]string{"sim", "--model", "toy3", "--partition", "4XB"}, `"XB"`},
+		{[]string{"sim", "--model", "toy3", "--latency", "-5us"}, `"-5us"`},
+		{[]string{"sim", "--model", "toy3", "--workers", "0"}, "got 0"},
+		{[]string{"sim", "--model", "toy3", "--workers", "-3"}, "got -3"},
+		{[]string{"sim", "--model", "toy3", "--workers", "abc"}, `"abc"`},
+		{[]string{"sim", "--model", "toy3", "--servers", "0"}, "got 0"},
+		{[]string{"sim", "--model", "toy3", "--arch", "allreduce", "--servers", "2"}, "--servers 2"},
+		{[]string{"sim", "--model", "toy3", "--arch", "mesh"}, `"mesh"`},
+		{[]string{"sim", "--model", "toy3", "--scheduler", "magic"}, `"magic"`},
+		{[]string{"sim", "--model", "toy3", "--scheduler", "fifo", "--partition", "1MB"}, `"fifo"`},
+		{[]string{"sim", "--model", "toy3", "--admission", "loose"}, `"loose"`},
+		{[]string{"sim", "--model", "toy3", "--compute-scale", "0"}, "got 0"},
+		{[]string{"sim", "--model", "toy3", "--compute-scale", "-2"}, "got -2"},
+		{[]string{"sim", "--model", "toy3", "--iterations", "0"}, "got 0"},
+		{[]string{"sim", "--model", "toy3", "--jitter", "-1"}, "got -1"},
+		{[]string{"sim", "--model", "toy3", "--shard", "lots"}, `"lots"`},
+		{[]string{"sim", "--model", "toy3", "--trace", filepath.Join(dir, "no", "such", "dir", "t.json")}, "t.json"},
+		{[]string{"sweep", "--models", "nosuch"}, `"nosuch"`},
+		{[]string{"sweep", "--workers", "x"}, `"x"`},
+		{[]string{"sweep", "--partitions", "0B"}, `"0B"`},
+		{[]string{"sweep", "--format", "xml"}, `"xml"`},
+		{[]string{"sweep", "--iterations", "1"}, "got 1"},
+		{[]string{"models", "extra"}, "extra"},
+	}
+	for _, c := range cases {
+		_, err := run(t, c.args...)
+		if err == nil {
+			t.Errorf("autobyte %v: no error", c.args)
+			continue
+		}
+		msg := err.Error()
+		if !strings.Contains(msg, c.want) || strings.Contains(msg, "\n") {
+			t.Errorf("autobyte %v: error %q should be one line naming %s", c.args, msg, c.want)
+		}
+	}
+}
+
+// TestExitCode runs the real main in a child process: bad input exits
+// non-zero with one "autobyte: ..." line on stderr and no stack trace.
+func TestExitCode(t *testing.T) {
+	if os.Getenv("AUTOBYTE_RUN_MAIN") == "1" {
+		os.Args = append([]string{"autobyte"}, strings.Fields(os.Getenv("AUTOBYTE_ARGS"))...)
+		main()
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestExitCode$")
+	cmd.Env = append(os.Environ(), "AUTOBYTE_RUN_MAIN=1", "AUTOBYTE_ARGS=sim --model toy3 --bandwidth 5furlongs")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("exit: %v, want exit status 1; stderr %q", err, stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	if len(lines) != 1 || !strings.HasPrefix(lines[0], "autobyte: ") || !strings.Contains(lines[0], "5furlongs") {
+		t.Errorf("stderr = %q, want one line 'autobyte: ...' naming 5furlongs", stderr.String())
+	}
+}
+
+func TestModelsAndDemo(t *testing.T) {
+	out, err := run(t, "models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"vgg16", "138,357,544", "resnet50", "25,557,032", "toy3"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("models output lacks %q:\n%s", want, out)
+		}
+	}
+	out, err = run(t, "demo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"fifo", "priority", "bytescheduler", "speedup"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestTraceFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "trace.json")
+	if _, err := run(t, "sim", "--model", "toy3", "--workers", "1", "--bandwidth", "1MB/s", "--iterations", "2", "--trace", path); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []map[string]any `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("trace is not valid JSON: %v", err)
+	}
+	if len(doc.TraceEvents) < 10 {
+		t.Errorf("trace has %d events, want compute and communication events", len(doc.TraceEvents))
+	}
+}
