@@ -112,6 +112,14 @@ func TestFollowerAdmitPositive(t *testing.T) {
 	followerDone(t, f, pid(0, 0, 2))
 	// Available 4: the last 6-byte piece and then the 40-byte one start.
 	wantIDs(t, "drained", followerStartAll(f), pid(0, 0, 3), pid(0, 1, 0))
+
+	// Credit used up exactly (0 left) admits nothing more.
+	f = newFollower(t, Config{CreditBytes: 12})
+	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 18})
+	for i := range 3 {
+		f.Announce(piece(0, 0, i, 3, 6))
+	}
+	wantIDs(t, "exact window", followerStartAll(f), pid(0, 0, 0), pid(0, 0, 1))
 }
 
 // TestFollowerAdmitStrict: a piece waits until it fits while others are in

@@ -270,10 +270,10 @@ func TestJitterRespectsBound(t *testing.T) {
 	}
 }
 
-// TestBytescedulerBeatsFIFO checks the point of the project on the demo
+// TestBytesSchedulerBeatsFIFO checks the point of the project on the demo
 // job: some bytescheduler setting of a small grid beats the unscheduled
 // framework on a communication-heavy model.
-func TestBytescedulerBeatsFIFO(t *testing.T) {
+func TestBytesSchedulerBeatsFIFO(t *testing.T) {
 	o := job(profile(t, "vgg16"), PS, 8, 8, gbps10)
 	o.Iterations = 10
 	fifo := o

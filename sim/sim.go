@@ -29,6 +29,7 @@ import (
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/placement"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
 )
 
@@ -668,7 +669,7 @@ func (s *simulation) result() *Result {
 		}
 		r.IterationTimesS = append(r.IterationTimesS, b-a)
 	}
-	r.IterationTimeS = SteadyState(r.IterationTimesS)
+	r.IterationTimeS = stats.SteadyState(r.IterationTimesS)
 	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
 	r.Bounds = LowerBounds(o)
 	for i, h := range s.hosts {
@@ -695,22 +696,4 @@ func (s *simulation) piecesPerIteration() int {
 		n += int(sched.PieceCount(t.bytes, int64(s.o.Profile.BytesPerParam), s.o.Sched.PartitionBytes))
 	}
 	return n
-}
-
-// SteadyState is the mean of the iteration times after the warm-up: the
-// first fifth of them, and at least the first one when there are two or
-// more.
-func SteadyState(times []float64) float64 {
-	if len(times) == 0 {
-		return math.NaN()
-	}
-	skip := len(times) / 5
-	if skip == 0 && len(times) > 1 {
-		skip = 1
-	}
-	var sum float64
-	for _, t := range times[skip:] {
-		sum += t
-	}
-	return sum / float64(len(times)-skip)
 }

@@ -1,0 +1,182 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/autobyte/autobyte/transport"
+)
+
+// Member is one process of a job as it registers at the coordinator.
+type Member struct {
+	// Role is "worker" or "server".
+	Role string `json:"role"`
+	// Rank is the worker's rank or the server's index.
+	Rank int `json:"rank"`
+	// Addr is where the member accepts data connections ("" if none). A
+	// member may give only ":port"; the coordinator fills in the host it
+	// saw the member connect from.
+	Addr string `json:"addr"`
+	// Digest identifies the job configuration; every member must agree.
+	Digest string `json:"digest"`
+}
+
+// Table lists every member of the job.
+type Table struct {
+	Workers []Member `json:"workers"`
+	Servers []Member `json:"servers"`
+}
+
+// Env is the rendezvous information in the usual launcher conventions.
+type Env struct {
+	MasterAddr string
+	MasterPort int
+	Rank       int
+	WorldSize  int
+}
+
+// FromEnv reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE; a missing
+// variable leaves its field as in def. Errors name the variable and value.
+func FromEnv(def Env) (Env, error) {
+	e := def
+	if v := os.Getenv("MASTER_ADDR"); v != "" {
+		e.MasterAddr = v
+	}
+	for _, x := range []struct {
+		name string
+		dst  *int
+	}{{"MASTER_PORT", &e.MasterPort}, {"RANK", &e.Rank}, {"WORLD_SIZE", &e.WorldSize}} {
+		if v := os.Getenv(x.name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return e, fmt.Errorf("environment %s=%q is not a non-negative integer", x.name, v)
+			}
+			*x.dst = n
+		}
+	}
+	return e, nil
+}
+
+// Coordinate runs the rendezvous on rank 0's listener: it waits for the
+// other workers-1 workers and every server, checks that they agree with
+// self.Digest, and sends everyone the table. It returns the table and the
+// control connections, workers by rank (index 0 is nil) and servers by
+// index, which stay open for the job.
+func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers, servers int) (*Table, []*transport.Conn, []*transport.Conn, error) {
+	t := &Table{Workers: make([]Member, workers), Servers: make([]Member, servers)}
+	wconns := make([]*transport.Conn, workers)
+	sconns := make([]*transport.Conn, servers)
+	t.Workers[0] = self
+	var all []*transport.Conn
+	fail := func(err error) (*Table, []*transport.Conn, []*transport.Conn, error) {
+		for _, c := range all {
+			_ = c.CloseWithReason(err.Error())
+		}
+		return nil, nil, nil, err
+	}
+	for missing := workers - 1 + servers; missing > 0; missing-- {
+		c, err := l.Accept(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("cluster: rendezvous waiting for %d more members: %w", missing, err))
+		}
+		all = append(all, c)
+		f, err := c.Recv()
+		if err != nil {
+			return fail(fmt.Errorf("cluster: rendezvous: %w", err))
+		}
+		if f.Kind != transport.KindControl || f.Aux != CtlHello {
+			return fail(fmt.Errorf("cluster: rendezvous: %s sent a %v frame (subtype %d) instead of hello", c.Peer(), f.Kind, f.Aux))
+		}
+		var m Member
+		if err := json.Unmarshal(f.Payload, &m); err != nil {
+			return fail(fmt.Errorf("cluster: rendezvous: bad hello from %s: %w", c.Peer(), err))
+		}
+		if m.Digest != self.Digest {
+			return fail(fmt.Errorf("cluster: %s %d runs a different job configuration (digest %s, rank 0 has %s): start every process with the same flags", m.Role, m.Rank, m.Digest, self.Digest))
+		}
+		if host, port, err := net.SplitHostPort(m.Addr); err == nil && host == "" {
+			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+				m.Addr = net.JoinHostPort(ra.IP.String(), port)
+			}
+		}
+		var slot *Member
+		var conn **transport.Conn
+		switch {
+		case m.Role == "worker" && m.Rank >= 1 && m.Rank < workers:
+			slot, conn = &t.Workers[m.Rank], &wconns[m.Rank]
+		case m.Role == "server" && m.Rank >= 0 && m.Rank < servers:
+			slot, conn = &t.Servers[m.Rank], &sconns[m.Rank]
+		default:
+			return fail(fmt.Errorf("cluster: rendezvous: %s registered as %s %d, outside this job of %d workers and %d servers", c.Peer(), m.Role, m.Rank, workers, servers))
+		}
+		if *conn != nil {
+			return fail(fmt.Errorf("cluster: rendezvous: two processes registered as %s %d", m.Role, m.Rank))
+		}
+		*slot, *conn = m, c
+	}
+	payload, err := json.Marshal(t)
+	if err != nil {
+		return fail(err)
+	}
+	for _, c := range all {
+		if err := c.Send(transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlTable, Length: uint32(len(payload))}, Payload: payload}); err != nil {
+			return fail(fmt.Errorf("cluster: sending the table to %s: %w", c.Peer(), err))
+		}
+	}
+	return t, wconns, sconns, nil
+}
+
+// Join registers self at the coordinator and returns the table and the
+// control connection to rank 0, which stays open for the job.
+func Join(ctx context.Context, coordinator string, self Member, cfg transport.Config) (*Table, *transport.Conn, error) {
+	c, err := transport.Dial(ctx, coordinator, cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster: joining the job at %s: %w", coordinator, err)
+	}
+	payload, err := json.Marshal(self)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := c.Send(transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlHello, Rank: uint32(self.Rank), Length: uint32(len(payload))}, Payload: payload}); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("cluster: joining the job at %s: %w", coordinator, err)
+	}
+	type result struct {
+		f   transport.Frame
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		f, err := c.Recv()
+		got <- result{f, err}
+	}()
+	var r result
+	select {
+	case r = <-got:
+	case <-ctx.Done():
+		c.Close()
+		return nil, nil, fmt.Errorf("cluster: waiting for the member table from %s: %w", coordinator, context.Cause(ctx))
+	}
+	if r.err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("cluster: waiting for the member table from %s: %w", coordinator, r.err)
+	}
+	if r.f.Kind != transport.KindControl || r.f.Aux != CtlTable {
+		c.Close()
+		return nil, nil, fmt.Errorf("cluster: coordinator %s sent a %v frame (subtype %d) instead of the table", coordinator, r.f.Kind, r.f.Aux)
+	}
+	var t Table
+	if err := json.Unmarshal(r.f.Payload, &t); err != nil {
+		c.Close()
+		return nil, nil, fmt.Errorf("cluster: bad table from %s: %w", coordinator, err)
+	}
+	return &t, c, nil
+}
+
+// ErrNoCoordinator is returned when no rendezvous address is known.
+var ErrNoCoordinator = errors.New("cluster: no coordinator address: set MASTER_ADDR and MASTER_PORT or pass --master")

@@ -1,0 +1,35 @@
+// Package stats holds the measurements that the simulator and the real
+// runtime report alike, so their numbers mean the same thing. It knows
+// nothing of how they were measured.
+package stats
+
+import "math"
+
+// SteadyState is the mean of the iteration times after the warm-up: the
+// first fifth of them, and at least the first one when there are two or
+// more. It is NaN for no iterations.
+func SteadyState(times []float64) float64 {
+	if len(times) == 0 {
+		return math.NaN()
+	}
+	skip := len(times) / 5
+	if skip == 0 && len(times) > 1 {
+		skip = 1
+	}
+	var sum float64
+	for _, t := range times[skip:] {
+		sum += t
+	}
+	return sum / float64(len(times)-skip)
+}
+
+// Intervals turns the ends of K+1 forward passes into K iteration times:
+// iteration k runs from the end of forward k to the end of forward k+1
+// (backward k, its communication, and the gated forward k+1).
+func Intervals(forwardEnds []float64) []float64 {
+	var out []float64
+	for k := 1; k < len(forwardEnds); k++ {
+		out = append(out, forwardEnds[k]-forwardEnds[k-1])
+	}
+	return out
+}

@@ -1,0 +1,217 @@
+// Package transport owns autobyte's wire: framing, connections, the
+// per-connection priority-ordered sender, traffic shaping and the
+// authenticated handshake.
+//
+// It knows nothing of layers, models, servers or scheduling policy: a frame
+// carries a Priority number in its header (smaller = more urgent) and each
+// connection's single sender goroutine always writes the most urgent queued
+// frame next. Who computes priorities, what a Key or Aux means and when to
+// send is decided by the packages above.
+//
+// Wire format, handshake, shaping and timeouts are described in
+// docs/transport.md.
+package transport
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// Kind is the type of a frame.
+type Kind uint8
+
+// Frame kinds.
+const (
+	KindPush      Kind = 1 // worker -> server: a piece of gradient
+	KindAggregate Kind = 2 // server -> worker: the summed piece
+	KindPull      Kind = 3 // worker -> server: ask for the summed piece (pull mode; no payload)
+	KindRing      Kind = 4 // all-reduce step data, rank -> next rank
+	KindControl   Kind = 5 // small control messages; payload opaque bytes
+	KindHeartbeat Kind = 6 // keep-alive, no payload; never surfaced by Recv
+	KindClose     Kind = 7 // orderly close or error: payload is a UTF-8 reason; Recv returns an error naming the peer and the reason
+)
+
+const maxKind = KindClose
+
+func (k Kind) String() string {
+	switch k {
+	case KindPush:
+		return "push"
+	case KindAggregate:
+		return "aggregate"
+	case KindPull:
+		return "pull"
+	case KindRing:
+		return "ring"
+	case KindControl:
+		return "control"
+	case KindHeartbeat:
+		return "heartbeat"
+	case KindClose:
+		return "close"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// Valid reports whether k is a known kind.
+func (k Kind) Valid() bool { return k >= KindPush && k <= maxKind }
+
+// Header is the fixed-size prefix of every frame.
+type Header struct {
+	Kind      Kind
+	Rank      uint32 // sender's rank
+	Epoch     uint32 // configuration epoch
+	Iteration uint32
+	Key       uint32 // tensor id
+	Piece     uint32 // piece index within the tensor
+	Aux       uint32 // shard index, ring step, or control subtype
+	Priority  uint64 // smaller = more urgent
+	Offset    uint64 // byte offset of the payload within the tensor
+	Length    uint32 // payload bytes
+}
+
+// Wire constants. The header is little-endian:
+//
+//	offset size field
+//	     0    2 magic (0xAB1E, bytes 1E AB)
+//	     2    1 version
+//	     3    1 kind
+//	     4    4 rank
+//	     8    4 epoch
+//	    12    4 iteration
+//	    16    4 key
+//	    20    4 piece
+//	    24    4 aux
+//	    28    4 length
+//	    32    8 priority
+//	    40    8 offset
+//	    48      (end)
+const (
+	Magic      uint16 = 0xAB1E
+	Version    uint8  = 1
+	HeaderSize        = 48
+	MaxPayload        = 1 << 30
+)
+
+// Append appends the encoded header to dst and returns the extended slice.
+// It encodes the fields as they are; DecodeHeader validates them.
+func (h Header) Append(dst []byte) []byte {
+	var b [HeaderSize]byte
+	h.put(b[:])
+	return append(dst, b[:]...)
+}
+
+// put encodes h into b, which must hold HeaderSize bytes.
+func (h Header) put(b []byte) {
+	_ = b[HeaderSize-1]
+	le := binary.LittleEndian
+	le.PutUint16(b[0:], Magic)
+	b[2] = Version
+	b[3] = byte(h.Kind)
+	le.PutUint32(b[4:], h.Rank)
+	le.PutUint32(b[8:], h.Epoch)
+	le.PutUint32(b[12:], h.Iteration)
+	le.PutUint32(b[16:], h.Key)
+	le.PutUint32(b[20:], h.Piece)
+	le.PutUint32(b[24:], h.Aux)
+	le.PutUint32(b[28:], h.Length)
+	le.PutUint64(b[32:], h.Priority)
+	le.PutUint64(b[40:], h.Offset)
+}
+
+// DecodeHeader decodes the first HeaderSize bytes of b. It rejects a short
+// buffer, a bad magic, an unsupported version, an unknown kind and a length
+// above MaxPayload, with an error naming the field and its value. It never
+// panics.
+func DecodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("transport: short header buffer: %d bytes, need %d", len(b), HeaderSize)
+	}
+	le := binary.LittleEndian
+	if m := le.Uint16(b[0:]); m != Magic {
+		return Header{}, fmt.Errorf("transport: bad header magic 0x%04x, want 0x%04x", m, Magic)
+	}
+	if v := b[2]; v != Version {
+		return Header{}, fmt.Errorf("transport: unsupported header version %d (this build speaks %d)", v, Version)
+	}
+	h := Header{
+		Kind:      Kind(b[3]),
+		Rank:      le.Uint32(b[4:]),
+		Epoch:     le.Uint32(b[8:]),
+		Iteration: le.Uint32(b[12:]),
+		Key:       le.Uint32(b[16:]),
+		Piece:     le.Uint32(b[20:]),
+		Aux:       le.Uint32(b[24:]),
+		Length:    le.Uint32(b[28:]),
+		Priority:  le.Uint64(b[32:]),
+		Offset:    le.Uint64(b[40:]),
+	}
+	if !h.Kind.Valid() {
+		return Header{}, fmt.Errorf("transport: unknown header kind %d", uint8(h.Kind))
+	}
+	if h.Length > MaxPayload {
+		return Header{}, fmt.Errorf("transport: header length %d exceeds MaxPayload %d", h.Length, MaxPayload)
+	}
+	return h, nil
+}
+
+// Frame is a header and its payload. On Send, Header.Length and Header.Rank
+// are filled in by the connection.
+type Frame struct {
+	Header
+	Payload []byte
+}
+
+// PutFloat32s encodes src into dst as little-endian IEEE 754 values.
+// len(dst) must be at least 4*len(src).
+func PutFloat32s(dst []byte, src []float32) {
+	if len(dst) < 4*len(src) {
+		panic(fmt.Sprintf("transport: PutFloat32s: dst holds %d bytes, need %d for %d floats", len(dst), 4*len(src), len(src)))
+	}
+	dst = dst[:4*len(src)]
+	for i, v := range src {
+		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
+	}
+}
+
+// Float32s decodes len(dst) little-endian float32 values from src.
+// len(src) must be at least 4*len(dst).
+func Float32s(dst []float32, src []byte) {
+	if len(src) < 4*len(dst) {
+		panic(fmt.Sprintf("transport: Float32s: src holds %d bytes, need %d for %d floats", len(src), 4*len(dst), len(dst)))
+	}
+	src = src[:4*len(dst)]
+	for i := range dst {
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
+	}
+}
+
+// AddFloat32s adds the len(dst) little-endian float32 values encoded in src
+// to dst: dst[i] += value i of src. len(src) must be at least 4*len(dst).
+// It is the parameter server's summation loop.
+func AddFloat32s(dst []float32, src []byte) {
+	if len(src) < 4*len(dst) {
+		panic(fmt.Sprintf("transport: AddFloat32s: src holds %d bytes, need %d for %d floats", len(src), 4*len(dst), len(dst)))
+	}
+	le := binary.LittleEndian
+	// Blocks of 8 with full slice expressions let the compiler drop the
+	// bounds checks inside the block.
+	for len(dst) >= 8 {
+		d := dst[:8:8]
+		s := src[:32:32]
+		d[0] += math.Float32frombits(le.Uint32(s[0:4]))
+		d[1] += math.Float32frombits(le.Uint32(s[4:8]))
+		d[2] += math.Float32frombits(le.Uint32(s[8:12]))
+		d[3] += math.Float32frombits(le.Uint32(s[12:16]))
+		d[4] += math.Float32frombits(le.Uint32(s[16:20]))
+		d[5] += math.Float32frombits(le.Uint32(s[20:24]))
+		d[6] += math.Float32frombits(le.Uint32(s[24:28]))
+		d[7] += math.Float32frombits(le.Uint32(s[28:32]))
+		dst = dst[8:]
+		src = src[32:]
+	}
+	for i := range dst {
+		dst[i] += math.Float32frombits(le.Uint32(src[4*i:]))
+	}
+}

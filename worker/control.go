@@ -1,0 +1,54 @@
+package worker
+
+import (
+	"fmt"
+
+	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/transport"
+)
+
+func announceFrame(p sched.Piece) transport.Frame { return cluster.AnnounceFrame(p) }
+
+// readLeader passes rank 0's piece announcements to the follower core.
+func (e *Engine) readLeader() {
+	defer e.wg.Done()
+	for {
+		f, err := e.cfg.Leader.Recv()
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.fail(fmt.Errorf("worker %d: lost rank 0 (the leader): %w", e.cfg.Rank, err))
+			}
+			return
+		}
+		if cluster.IsBye(f) {
+			return
+		}
+		p, err := cluster.DecodeAnnounce(f)
+		if err != nil {
+			e.fail(fmt.Errorf("worker %d: from rank 0: %w", e.cfg.Rank, err))
+			return
+		}
+		e.send(event{kind: evAnnounce, piece: p})
+	}
+}
+
+// watch reads a follower's control connection on the leader, which carries
+// nothing but its goodbye, to notice a lost follower at once.
+func (e *Engine) watch(c *transport.Conn) {
+	defer e.wg.Done()
+	for {
+		f, err := c.Recv()
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.fail(fmt.Errorf("worker 0: lost worker %d: %w", c.PeerRank(), err))
+			}
+			return
+		}
+		if cluster.IsBye(f) {
+			return
+		}
+		e.fail(fmt.Errorf("worker 0: worker %d sent an unexpected %v frame on the control connection", c.PeerRank(), f.Kind))
+		return
+	}
+}

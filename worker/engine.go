@@ -1,0 +1,477 @@
+// Package worker is the per-worker runtime: gradients come in as "ready"
+// events, go through the scheduling core (package sched) and the transport
+// to parameter servers or around an all-reduce ring, come back as exact
+// sums, and open per-layer gates for the next forward pass.
+//
+// It owns the worker's side of the protocols (push and answer; the PS
+// leader's order announcements) and the gates. It knows nothing of models'
+// compute, Python or process launch: callers hand it tensors and float32
+// gradients, and it calls them back when a tensor's sum is in place.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/autobyte/autobyte/placement"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/transport"
+)
+
+// Arch is the aggregation architecture.
+type Arch int
+
+const (
+	PS Arch = iota
+	AllReduce
+)
+
+// Tensor is one gradient tensor the engine synchronises.
+type Tensor struct {
+	Name string
+	// Layer is the tensor's layer in forward order (0 first).
+	Layer int
+	// Elems is its number of float32 elements.
+	Elems int
+}
+
+// Ring is what the engine needs of an all-reduce ring (package allreduce).
+type Ring interface {
+	// Start all-reduces data (a piece, in place) once every rank started
+	// it; done is called exactly once, from any goroutine.
+	Start(p sched.Piece, priority uint64, data []float32, done func(error))
+}
+
+// Config describes one worker's engine.
+type Config struct {
+	Rank, Workers int
+	Arch          Arch
+	Tensors       []Tensor
+	Sched         sched.Config
+	// ShardBytes is the PS big-array bound (see placement.Inputs).
+	ShardBytes int64
+	// Servers are the connections to the parameter servers, by server index
+	// (PS only).
+	Servers []*transport.Conn
+	// PullMode sends a separate pull after each push (PS only).
+	PullMode bool
+	// Ring all-reduces pieces (all-reduce only).
+	Ring Ring
+	// Followers are the leader's (rank 0's) control connections to ranks
+	// 1..Workers-1, in rank order; Leader is a follower's connection to
+	// rank 0. Rank 0 announces each piece it starts on them.
+	Followers []*transport.Conn
+	Leader    *transport.Conn
+	// OnDone is called, on the engine's goroutine, when a tensor's sum is in
+	// place in the slice given to Post. It must not block for long.
+	OnDone func(tensor, iteration int)
+	Logger *slog.Logger
+}
+
+// Engine runs one worker's communication. Create with New, then Start.
+type Engine struct {
+	cfg    Config
+	log    *slog.Logger
+	core   core
+	events chan event
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	wg     sync.WaitGroup
+
+	// gradsMu guards grads, which readers decode sums into.
+	gradsMu sync.RWMutex
+	grads   map[taskKey][]float32
+
+	// Loop-only state.
+	plans      map[int64]*placement.Plan
+	epochPart  []int64
+	shardsLeft map[sched.PieceID]int
+	layerLeft  map[int][]int // iteration -> tensors left per layer
+	seq        uint64
+	posted     int64 // pieces posted, for FIFO priority
+
+	gateMu sync.Mutex
+	gate   *sync.Cond
+	synced []int // synced[l] = last iteration whose layer l is in place
+	failed error
+}
+
+type core interface {
+	Post(sched.Task) error
+	Next() (sched.Piece, bool)
+	Done(sched.PieceID) (bool, error)
+}
+
+type taskKey struct{ iter, tensor int }
+
+type eventKind int
+
+const (
+	evPost eventKind = iota
+	evShard
+	evAnnounce
+	evPieceDone
+)
+
+type event struct {
+	kind  eventKind
+	task  taskKey
+	grad  []float32
+	piece sched.Piece
+	err   error
+}
+
+// New checks cfg and returns an engine.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Workers < 1 || cfg.Rank < 0 || cfg.Rank >= cfg.Workers:
+		return nil, fmt.Errorf("worker: rank %d out of range for %d workers", cfg.Rank, cfg.Workers)
+	case len(cfg.Tensors) == 0:
+		return nil, errors.New("worker: no tensors")
+	case cfg.Arch == PS && len(cfg.Servers) == 0:
+		return nil, errors.New("worker: parameter-server mode needs at least one server connection")
+	case cfg.Arch == AllReduce && cfg.Ring == nil && cfg.Workers > 1:
+		return nil, errors.New("worker: all-reduce mode needs a ring")
+	case cfg.Rank == 0 && len(cfg.Followers) != cfg.Workers-1:
+		return nil, fmt.Errorf("worker: rank 0 needs control connections to %d followers, got %d", cfg.Workers-1, len(cfg.Followers))
+	case cfg.Rank > 0 && cfg.Leader == nil:
+		return nil, fmt.Errorf("worker: rank %d needs a control connection to rank 0", cfg.Rank)
+	}
+	for i, t := range cfg.Tensors {
+		if t.Elems < 1 || t.Layer < 0 {
+			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
+		}
+	}
+	if err := cfg.Sched.Validate(); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, log: cfg.Logger, events: make(chan event, 1024), grads: map[taskKey][]float32{},
+		plans: map[int64]*placement.Plan{}, epochPart: []int64{cfg.Sched.PartitionBytes},
+		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}}
+	if e.log == nil {
+		e.log = slog.Default()
+	}
+	var err error
+	if cfg.Rank == 0 {
+		e.core, err = sched.New(cfg.Sched)
+	} else {
+		e.core, err = sched.NewFollower(cfg.Sched)
+	}
+	if err != nil {
+		return nil, err
+	}
+	layers := 0
+	for _, t := range cfg.Tensors {
+		layers = max(layers, t.Layer+1)
+	}
+	e.synced = make([]int, layers)
+	for l := range e.synced {
+		e.synced[l] = -1
+	}
+	e.gate = sync.NewCond(&e.gateMu)
+	return e, nil
+}
+
+// Start runs the engine until ctx ends or a peer fails.
+func (e *Engine) Start(ctx context.Context) {
+	e.ctx, e.cancel = context.WithCancelCause(ctx)
+	if e.cfg.Arch == PS {
+		for i, c := range e.cfg.Servers {
+			e.wg.Add(1)
+			go e.readServer(i, c)
+		}
+	}
+	if e.cfg.Leader != nil {
+		e.wg.Add(1)
+		go e.readLeader()
+	}
+	for _, c := range e.cfg.Followers {
+		e.wg.Add(1)
+		go e.watch(c)
+	}
+	e.wg.Add(1)
+	go e.loop()
+	go func() {
+		<-e.ctx.Done()
+		e.gateMu.Lock()
+		if e.failed == nil {
+			e.failed = context.Cause(e.ctx)
+		}
+		e.gateMu.Unlock()
+		e.gate.Broadcast()
+	}()
+}
+
+// Post hands over tensor's gradient of iteration. The engine reads grad and
+// overwrites it in place with the sum over all workers; the caller must not
+// touch it until OnDone(tensor, iteration) or WaitLayer returns for it.
+func (e *Engine) Post(tensor, iteration int, grad []float32) error {
+	if tensor < 0 || tensor >= len(e.cfg.Tensors) {
+		return fmt.Errorf("worker: tensor %d out of range (have %d)", tensor, len(e.cfg.Tensors))
+	}
+	if want := e.cfg.Tensors[tensor].Elems; len(grad) != want {
+		return fmt.Errorf("worker: tensor %d %q: gradient has %d elements, want %d", tensor, e.cfg.Tensors[tensor].Name, len(grad), want)
+	}
+	select {
+	case e.events <- event{kind: evPost, task: taskKey{iter: iteration, tensor: tensor}, grad: grad}:
+		return nil
+	case <-e.ctx.Done():
+		return e.Err()
+	}
+}
+
+// WaitLayer blocks until every tensor of layer of iteration is in place, or
+// the engine failed.
+func (e *Engine) WaitLayer(layer, iteration int) error {
+	if layer < 0 || layer >= len(e.synced) {
+		return fmt.Errorf("worker: layer %d out of range (have %d)", layer, len(e.synced))
+	}
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	for e.synced[layer] < iteration && e.failed == nil {
+		e.gate.Wait()
+	}
+	if e.synced[layer] >= iteration {
+		return nil
+	}
+	return e.failed
+}
+
+// Err is the error that stopped the engine, if any.
+func (e *Engine) Err() error {
+	e.gateMu.Lock()
+	defer e.gateMu.Unlock()
+	return e.failed
+}
+
+// Stop ends the engine, with cause (nil for an orderly end), and waits for
+// its goroutines.
+func (e *Engine) Stop(cause error) {
+	if cause == nil {
+		cause = errStopped
+	}
+	e.cancel(cause)
+	e.wg.Wait()
+}
+
+var errStopped = errors.New("worker: engine stopped")
+
+func (e *Engine) fail(err error) {
+	e.cancel(err)
+}
+
+func (e *Engine) send(ev event) {
+	select {
+	case e.events <- ev:
+	case <-e.ctx.Done():
+	}
+}
+
+func (e *Engine) loop() {
+	defer e.wg.Done()
+	for {
+		select {
+		case <-e.ctx.Done():
+			return
+		case ev := <-e.events:
+			if err := e.handle(ev); err != nil {
+				e.fail(err)
+				return
+			}
+			if err := e.dispatch(); err != nil {
+				e.fail(err)
+				return
+			}
+		}
+	}
+}
+
+func (e *Engine) handle(ev event) error {
+	switch ev.kind {
+	case evPost:
+		t := e.cfg.Tensors[ev.task.tensor]
+		e.gradsMu.Lock()
+		e.grads[ev.task] = ev.grad
+		e.gradsMu.Unlock()
+		left, ok := e.layerLeft[ev.task.iter]
+		if !ok {
+			left = make([]int, len(e.synced))
+			for _, t := range e.cfg.Tensors {
+				left[t.Layer]++
+			}
+			e.layerLeft[ev.task.iter] = left
+		}
+		return e.core.Post(sched.Task{Iteration: ev.task.iter, Tensor: ev.task.tensor, Layer: t.Layer, Bytes: 4 * int64(t.Elems), ElemBytes: 4})
+	case evAnnounce:
+		e.core.(*sched.Follower).Announce(ev.piece)
+	case evShard:
+		if n := e.shardsLeft[ev.piece.PieceID]; n > 1 {
+			e.shardsLeft[ev.piece.PieceID] = n - 1
+			return nil
+		}
+		delete(e.shardsLeft, ev.piece.PieceID)
+		return e.pieceDone(ev.piece.PieceID)
+	case evPieceDone:
+		if ev.err != nil {
+			return ev.err
+		}
+		return e.pieceDone(ev.piece.PieceID)
+	}
+	return nil
+}
+
+func (e *Engine) pieceDone(id sched.PieceID) error {
+	taskDone, err := e.core.Done(id)
+	if err != nil || !taskDone {
+		return err
+	}
+	k := taskKey{iter: id.Iteration, tensor: id.Tensor}
+	e.gradsMu.Lock()
+	delete(e.grads, k)
+	e.gradsMu.Unlock()
+	if e.cfg.OnDone != nil {
+		e.cfg.OnDone(id.Tensor, id.Iteration)
+	}
+	l := e.cfg.Tensors[id.Tensor].Layer
+	left := e.layerLeft[id.Iteration]
+	left[l]--
+	if left[l] == 0 {
+		e.gateMu.Lock()
+		e.synced[l] = max(e.synced[l], id.Iteration)
+		e.gateMu.Unlock()
+		e.gate.Broadcast()
+	}
+	done := true
+	for _, n := range left {
+		done = done && n == 0
+	}
+	if done {
+		delete(e.layerLeft, id.Iteration)
+	}
+	return nil
+}
+
+// priority orders frames in the transports' send queues: production order
+// for fifo, (layer, tensor, piece) otherwise.
+func (e *Engine) priority(p sched.Piece) uint64 {
+	if e.cfg.Sched.Order == sched.OrderFIFO {
+		e.seq++
+		return e.seq
+	}
+	return uint64(p.Layer)<<44 | uint64(p.Tensor&0xFFFFF)<<24 | uint64(p.Index&0xFFFFFF)
+}
+
+// dispatch starts every piece the core admits.
+func (e *Engine) dispatch() error {
+	for {
+		p, ok := e.core.Next()
+		if !ok {
+			return nil
+		}
+		if e.cfg.Rank == 0 {
+			for _, c := range e.cfg.Followers {
+				if err := c.Send(announceFrame(p)); err != nil {
+					return fmt.Errorf("worker: announcing to rank %d: %w", c.PeerRank(), err)
+				}
+			}
+		}
+		e.gradsMu.RLock()
+		grad := e.grads[taskKey{iter: p.Iteration, tensor: p.Tensor}]
+		e.gradsMu.RUnlock()
+		prio := e.priority(p)
+		if e.cfg.Arch == AllReduce {
+			data := grad[p.Offset/4 : (p.Offset+p.Bytes)/4]
+			if e.cfg.Workers == 1 {
+				if err := e.pieceDone(p.PieceID); err != nil {
+					return err
+				}
+				continue
+			}
+			e.cfg.Ring.Start(p, prio, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
+			continue
+		}
+		if err := e.push(p, prio, grad); err != nil {
+			return err
+		}
+	}
+}
+
+func (e *Engine) plan(epoch int) (*placement.Plan, error) {
+	part := e.epochPart[epoch]
+	if pl, ok := e.plans[part]; ok {
+		return pl, nil
+	}
+	sizes := make([]int64, len(e.cfg.Tensors))
+	for i, t := range e.cfg.Tensors {
+		sizes[i] = 4 * int64(t.Elems)
+	}
+	pl, err := placement.Place(placement.Inputs{TensorBytes: sizes, ElemBytes: 4, PartitionBytes: part,
+		ShardBytes: e.cfg.ShardBytes, Servers: len(e.cfg.Servers)})
+	if err != nil {
+		return nil, err
+	}
+	e.plans[part] = pl
+	return pl, nil
+}
+
+func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
+	pl, err := e.plan(p.Epoch)
+	if err != nil {
+		return err
+	}
+	shards := pl.Pieces[p.Tensor][p.Index]
+	if len(shards) > 1 {
+		e.shardsLeft[p.PieceID] = len(shards)
+	}
+	for i, sh := range shards {
+		payload := make([]byte, sh.Bytes)
+		transport.PutFloat32s(payload, grad[sh.Offset/4:(sh.Offset+sh.Bytes)/4])
+		h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
+			Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(i),
+			Priority: prio, Offset: uint64(sh.Offset), Length: uint32(sh.Bytes)}
+		c := e.cfg.Servers[sh.Server]
+		if err := c.Send(transport.Frame{Header: h, Payload: payload}); err != nil {
+			return fmt.Errorf("worker: push to server %d: %w", sh.Server, err)
+		}
+		if e.cfg.PullMode {
+			h.Kind, h.Length = transport.KindPull, 0
+			if err := c.Send(transport.Frame{Header: h}); err != nil {
+				return fmt.Errorf("worker: pull from server %d: %w", sh.Server, err)
+			}
+		}
+	}
+	return nil
+}
+
+// readServer decodes sums from one server into the gradients in place.
+func (e *Engine) readServer(idx int, c *transport.Conn) {
+	defer e.wg.Done()
+	for {
+		f, err := c.Recv()
+		if err != nil {
+			if e.ctx.Err() == nil {
+				e.fail(fmt.Errorf("worker %d: lost parameter server %d: %w", e.cfg.Rank, idx, err))
+			}
+			return
+		}
+		if f.Kind != transport.KindAggregate {
+			e.fail(fmt.Errorf("worker %d: server %d sent an unexpected %v frame", e.cfg.Rank, idx, f.Kind))
+			return
+		}
+		k := taskKey{iter: int(f.Iteration), tensor: int(f.Key)}
+		e.gradsMu.RLock()
+		grad, ok := e.grads[k]
+		e.gradsMu.RUnlock()
+		lo, hi := f.Offset/4, (f.Offset+uint64(f.Length))/4
+		if !ok || f.Length%4 != 0 || hi > uint64(len(grad)) {
+			e.fail(fmt.Errorf("worker %d: server %d answered tensor %d iteration %d bytes [%d,%d) that this worker is not waiting for",
+				e.cfg.Rank, idx, f.Key, f.Iteration, f.Offset, f.Offset+uint64(f.Length)))
+			return
+		}
+		transport.Float32s(grad[lo:hi], f.Payload)
+		e.send(event{kind: evShard, piece: sched.Piece{PieceID: sched.PieceID{Iteration: int(f.Iteration), Tensor: int(f.Key), Index: int(f.Piece)}}})
+	}
+}
