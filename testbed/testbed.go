@@ -179,7 +179,7 @@ func DelayAvailable(ctx context.Context) error {
 // probeNetem tries a netem qdisc on ns's loopback and removes it.
 func probeNetem(ctx context.Context, ns string) error {
 	if _, err := runTC(ctx, "-n", ns, "qdisc", "add", "dev", "lo", "root", "handle", "1:", "netem", "delay", "0us"); err != nil {
-		return fmt.Errorf("testbed: kernel lacks the netem qdisc (sch_netem), needed for a delay > 0: %w", err)
+		return fmt.Errorf("%w (the kernel lacks the netem qdisc, sch_netem, which a delay > 0 needs)", err)
 	}
 	_, err := runTC(ctx, "-n", ns, "qdisc", "del", "dev", "lo", "root")
 	return err
@@ -529,7 +529,7 @@ func htbParams(rateBps float64) (rateBit, burst, quantum int64) {
 func (t *Testbed) shape(ctx context.Context, h Host, change bool) error {
 	for _, dev := range []struct{ ns, ifc string }{{h.Namespace, hostIf}, {t.SwitchNS, h.SwitchPort}} {
 		if err := t.shapeDev(ctx, dev.ns, dev.ifc, h.RateBps, h.DelayS, change); err != nil {
-			return fmt.Errorf("testbed: shape host %d (%s in %s): %w", h.Index, dev.ifc, dev.ns, err)
+			return fmt.Errorf("%w (shaping host %d: %s in %s)", err, h.Index, dev.ifc, dev.ns)
 		}
 	}
 	return nil

@@ -270,7 +270,9 @@ func TestUpConnectDown(t *testing.T) {
 		t.Errorf("Load after Down = %v", err)
 	}
 	// Set on a torn-down testbed names the failing command.
-	if err := tb.Set(ctx, 0, 1e6, 0); err == nil || !strings.Contains(err.Error(), "tc -n "+tb.Hosts[0].Namespace) {
+	err = tb.Set(ctx, 0, 1e6, 0)
+	t.Logf("Set after Down: %v", err)
+	if err == nil || !strings.Contains(err.Error(), "tc -n "+tb.Hosts[0].Namespace) {
 		t.Errorf("Set after Down = %v", err)
 	}
 }
@@ -352,8 +354,8 @@ func checkThroughput(t *testing.T, rateBps float64, nbytes int64) {
 	secs := float64(r.LastNs-r.FirstNs) / 1e9
 	got := float64(r.Bytes) / secs
 	ratio := got / rateBps
-	t.Logf("shaped %.1f Mbit/s, measured TCP goodput %.1f Mbit/s (%.1f%%) moving %d MB in %.2f s",
-		rateBps*8/1e6, got*8/1e6, 100*ratio, nbytes/1e6, secs)
+	t.Logf("shaped %.1f Mbit/s, measured TCP goodput %.1f Mbit/s (%.1f%%) moving %.1f MB in %.2f s",
+		rateBps*8/1e6, got*8/1e6, 100*ratio, float64(nbytes)/1e6, secs)
 	if ratio < 0.85 || ratio > 1.05 {
 		t.Errorf("goodput %.1f Mbit/s is %.1f%% of the shaped %.1f Mbit/s, want 85..105%%", got*8/1e6, 100*ratio, rateBps*8/1e6)
 	}

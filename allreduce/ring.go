@@ -1,0 +1,466 @@
+// Package allreduce owns ring all-reduce of pieces: each piece is summed
+// over all ranks in place by a reduce-scatter followed by an all-gather,
+// over one connection to the next rank and one from the previous rank.
+//
+// It knows nothing of models, layers or how the order of pieces was chosen:
+// the leader's scheduling core chooses, and every rank starts pieces in the
+// same order, each when its own gradient is ready. Frames for a piece this
+// rank has not started yet are buffered until it does, so ranks may see
+// readiness at different times, and several pieces may be in flight at
+// once, their frames interleaved on the wire in priority order.
+//
+// Per piece of n elements and S ranks, the piece is cut into S near-equal
+// chunks of whole elements (the larger first; some are empty when n < S).
+// In reduce-scatter step s = 0..S-2, rank r sends chunk (r-s) mod S to the
+// next rank and adds the chunk (r-s-1) mod S received from the previous
+// rank; in all-gather step s = 0..S-2 it sends chunk (r+1-s) mod S (its
+// fully reduced chunk first) and overwrites chunk (r-s) mod S with the one
+// received. Frames are transport.KindRing with Aux = the step number
+// (0..2S-3, all-gather steps after reduce-scatter steps) and Offset and
+// Length locating the chunk in bytes within the piece. With integer-valued
+// float32 data every rank ends with bit-identical exact sums: every chunk is
+// summed once, on one rank, and then copied.
+package allreduce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/transport"
+)
+
+// Options configures a Ring.
+type Options struct {
+	// Rank is this rank, in 0..Size-1.
+	Rank, Size int
+	// Next is the connection to rank (Rank+1) mod Size, which we send on;
+	// Prev the one from rank (Rank-1) mod Size, which we receive on. Both
+	// must be distinct connections whose peers announced those ranks in the
+	// handshake. Neither is used when Size is 1. The Ring owns them: Run
+	// closes them when it returns.
+	Next, Prev *transport.Conn
+	// Logger receives the ring's failure; default slog.Default().
+	Logger *slog.Logger
+}
+
+// Ring all-reduces pieces. Create with New, call Run once (in its own
+// goroutine) and Start from any goroutine.
+type Ring struct {
+	rank, size int
+	steps      int // 2(size-1) steps per piece
+	next, prev *transport.Conn
+	nextRank   int
+	prevRank   int
+	log        *slog.Logger
+
+	mu      sync.Mutex
+	pieces  map[pieceKey]*piece
+	err     error         // first failure; set once
+	failed  chan struct{} // closed when err is set
+	running bool          // Run was called
+}
+
+// pieceKey identifies a piece on the wire.
+type pieceKey struct {
+	epoch, iteration, tensor, index uint32
+}
+
+func (k pieceKey) String() string {
+	return fmt.Sprintf("piece (epoch %d, iteration %d, tensor %d, index %d)", k.epoch, k.iteration, k.tensor, k.index)
+}
+
+func keyOf(p sched.Piece) pieceKey {
+	return pieceKey{epoch: uint32(p.Epoch), iteration: uint32(p.Iteration), tensor: uint32(p.Tensor), index: uint32(p.Index)}
+}
+
+func frameKey(h transport.Header) pieceKey {
+	return pieceKey{epoch: h.Epoch, iteration: h.Iteration, tensor: h.Key, index: h.Piece}
+}
+
+// piece is the state of one piece: started (Start was called) or not yet
+// (frames arrived first). Fields are guarded by Ring.mu, except that data
+// is only touched by the goroutine that set busy.
+type piece struct {
+	key     pieceKey
+	started bool
+	// busy: one goroutine (Start's caller or the reader) is working on the
+	// piece outside the lock; others only buffer frames for it.
+	busy bool
+	data []float32
+	prio uint64
+	done func(error)
+	// next is the next received step to process; recv holds received
+	// frames by step until they are processed.
+	next int
+	recv []*transport.Frame
+}
+
+// completion is a done callback to run once the lock is released.
+type completion struct {
+	done func(error)
+	err  error
+}
+
+func runAll(cs []completion) {
+	for _, c := range cs {
+		c.done(c.err)
+	}
+}
+
+// New checks o and returns a ring; nothing is sent or received until Start
+// and Run are called.
+func New(o Options) (*Ring, error) {
+	if o.Size < 1 {
+		return nil, fmt.Errorf("allreduce: ring size must be >= 1, got %d", o.Size)
+	}
+	if o.Rank < 0 || o.Rank >= o.Size {
+		return nil, fmt.Errorf("allreduce: rank %d out of range for a ring of %d", o.Rank, o.Size)
+	}
+	r := &Ring{rank: o.Rank, size: o.Size, steps: 2 * (o.Size - 1), log: o.Logger,
+		pieces: make(map[pieceKey]*piece), failed: make(chan struct{})}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if o.Size == 1 {
+		return r, nil
+	}
+	r.nextRank, r.prevRank = (o.Rank+1)%o.Size, (o.Rank+o.Size-1)%o.Size
+	switch {
+	case o.Next == nil:
+		return nil, fmt.Errorf("allreduce: rank %d: no connection to the next rank %d", o.Rank, r.nextRank)
+	case o.Prev == nil:
+		return nil, fmt.Errorf("allreduce: rank %d: no connection from the previous rank %d", o.Rank, r.prevRank)
+	case o.Next == o.Prev:
+		return nil, fmt.Errorf("allreduce: rank %d: Next and Prev are the same connection (to rank %d); the ring needs one to the next rank and another from the previous rank", o.Rank, o.Next.PeerRank())
+	case o.Next.PeerRank() != r.nextRank:
+		return nil, fmt.Errorf("allreduce: rank %d: Next is connected to rank %d (%s), want the next rank %d", o.Rank, o.Next.PeerRank(), o.Next.Peer(), r.nextRank)
+	case o.Prev.PeerRank() != r.prevRank:
+		return nil, fmt.Errorf("allreduce: rank %d: Prev is connected to rank %d (%s), want the previous rank %d", o.Rank, o.Prev.PeerRank(), o.Prev.Peer(), r.prevRank)
+	}
+	r.next, r.prev = o.Next, o.Prev
+	return r, nil
+}
+
+// Err returns the error that stopped the ring, or nil while it works.
+func (r *Ring) Err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
+}
+
+// Run receives from the previous rank (and watches the next one) until ctx
+// ends or the ring fails, then fails every piece in flight, closes both
+// connections (telling the neighbours why) and returns the error: one
+// naming the lost neighbour ("allreduce: rank 2: lost previous rank 1:
+// ..."), a protocol violation, or "allreduce: rank 2: stopped: ..."
+// wrapping context.Cause(ctx). Call it once.
+func (r *Ring) Run(ctx context.Context) error {
+	r.mu.Lock()
+	if r.running {
+		r.mu.Unlock()
+		return fmt.Errorf("allreduce: rank %d: Run called twice", r.rank)
+	}
+	r.running = true
+	r.mu.Unlock()
+	if r.size == 1 {
+		select {
+		case <-ctx.Done():
+			r.fail(fmt.Errorf("allreduce: rank %d: stopped: %w", r.rank, context.Cause(ctx)))
+		case <-r.failed:
+		}
+		return r.Err()
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.readPrev()
+	}()
+	go func() {
+		defer wg.Done()
+		r.watchNext()
+	}()
+	select {
+	case <-ctx.Done():
+		r.fail(fmt.Errorf("allreduce: rank %d: stopped: %w", r.rank, context.Cause(ctx)))
+	case <-r.failed:
+	}
+	err := r.Err()
+	// Tell both neighbours why; each close is bounded by the transport's
+	// handshake timeout, and unblocks the goroutines' Recv.
+	reason := err.Error()
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		r.next.CloseWithReason(reason)
+	}()
+	go func() {
+		defer wg.Done()
+		r.prev.CloseWithReason(reason)
+	}()
+	wg.Wait()
+	return err
+}
+
+// readPrev receives ring frames from the previous rank until an error.
+func (r *Ring) readPrev() {
+	for {
+		f, err := r.prev.Recv()
+		if err != nil {
+			r.fail(fmt.Errorf("allreduce: rank %d: lost previous rank %d: %w", r.rank, r.prevRank, err))
+			return
+		}
+		if err := r.receive(f); err != nil {
+			r.fail(err)
+			return
+		}
+	}
+}
+
+// watchNext reads the connection to the next rank, which carries nothing
+// but heartbeats that way, so that a next rank that dies or goes silent is
+// noticed even when nothing is being sent to it.
+func (r *Ring) watchNext() {
+	f, err := r.next.Recv()
+	if err == nil {
+		err = fmt.Errorf("allreduce: rank %d: next rank %d sent an unexpected %v frame (iteration %d, key %d, piece %d, aux %d) on the ring's forward connection",
+			r.rank, r.nextRank, f.Kind, f.Iteration, f.Key, f.Piece, f.Aux)
+	} else {
+		err = fmt.Errorf("allreduce: rank %d: lost next rank %d: %w", r.rank, r.nextRank, err)
+	}
+	r.fail(err)
+}
+
+// fail records err as the ring's failure (the first one wins) and calls
+// done(err) of every started piece nobody is working on; a piece being
+// worked on is failed by its worker when it takes the lock again.
+func (r *Ring) fail(err error) {
+	r.mu.Lock()
+	cs := r.failLocked(err)
+	r.mu.Unlock()
+	runAll(cs)
+}
+
+func (r *Ring) failLocked(err error) []completion {
+	if r.err != nil {
+		return nil
+	}
+	r.err = err
+	close(r.failed)
+	var cs []completion
+	for k, p := range r.pieces {
+		if p.started && !p.busy {
+			cs = append(cs, completion{p.done, err})
+		}
+		delete(r.pieces, k)
+	}
+	if !errors.Is(err, context.Canceled) {
+		r.log.Warn("allreduce: ring failed", "rank", r.rank, "pieces_in_flight", len(cs), "err", err)
+	}
+	return cs
+}
+
+// Start all-reduces data, the piece p of this rank, in place: when
+// done(nil) is called every element holds the sum over all ranks. Every
+// rank must start the same pieces, of the same length, in the same order;
+// priority orders this piece's frames in the connection's send queue
+// (smaller first). done is called exactly once, never from within Start
+// and never with the ring's lock held; after it is called the ring no
+// longer touches data. It gets the ring's error if the ring failed first.
+// With one rank, done(nil) is called at once and data is not touched.
+func (r *Ring) Start(p sched.Piece, priority uint64, data []float32, done func(error)) {
+	if r.size == 1 {
+		go done(nil)
+		return
+	}
+	k := keyOf(p)
+	r.mu.Lock()
+	if r.err != nil {
+		err := r.err
+		r.mu.Unlock()
+		go done(err)
+		return
+	}
+	pc := r.pieces[k]
+	if pc == nil {
+		pc = &piece{key: k, recv: make([]*transport.Frame, r.steps)}
+		r.pieces[k] = pc
+	} else if pc.started {
+		r.mu.Unlock()
+		go done(fmt.Errorf("allreduce: rank %d: %v started twice while in flight", r.rank, k))
+		return
+	}
+	pc.started, pc.busy = true, true
+	pc.data, pc.prio, pc.done = data, priority, done
+	r.mu.Unlock()
+
+	lo, hi := chunk(len(data), r.size, r.rank)
+	payload := make([]byte, 4*(hi-lo))
+	transport.PutFloat32s(payload, data[lo:hi])
+	err := r.send(pc, 0, lo, payload)
+
+	r.mu.Lock()
+	var cs []completion
+	if err != nil {
+		cs = r.failLocked(err)
+	}
+	cs = append(cs, r.drive(pc)...)
+	r.mu.Unlock()
+	if len(cs) > 0 {
+		go runAll(cs)
+	}
+}
+
+// receive files a frame from the previous rank and, if its piece is
+// started and idle, works on the piece.
+func (r *Ring) receive(f transport.Frame) error {
+	if f.Kind != transport.KindRing {
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent an unexpected %v frame (iteration %d, key %d, piece %d)", r.rank, r.prevRank, f.Kind, f.Iteration, f.Key, f.Piece)
+	}
+	k := frameKey(f.Header)
+	if int(f.Rank) != r.prevRank {
+		return fmt.Errorf("allreduce: rank %d: ring frame for %v from the previous rank's connection says it is from rank %d, want %d", r.rank, k, f.Rank, r.prevRank)
+	}
+	step := int(f.Aux)
+	if f.Aux >= uint32(r.steps) {
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent step %d of %v, but a ring of %d has steps 0..%d", r.rank, r.prevRank, f.Aux, k, r.size, r.steps-1)
+	}
+	r.mu.Lock()
+	if r.err != nil {
+		r.mu.Unlock()
+		return nil
+	}
+	pc := r.pieces[k]
+	if pc == nil {
+		pc = &piece{key: k, recv: make([]*transport.Frame, r.steps)}
+		r.pieces[k] = pc
+	}
+	if step < pc.next || pc.recv[step] != nil {
+		r.mu.Unlock()
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent step %d of %v twice", r.rank, r.prevRank, step, k)
+	}
+	pc.recv[step] = &f
+	if !pc.started || pc.busy {
+		r.mu.Unlock()
+		return nil
+	}
+	pc.busy = true
+	cs := r.drive(pc)
+	r.mu.Unlock()
+	runAll(cs)
+	return nil
+}
+
+// drive processes pc's received steps in order while the next one is
+// there. It is called with r.mu held and pc.busy set by the caller; it
+// releases the lock around the float work and returns with it held and
+// pc.busy cleared, with the done callback to run if the piece ended.
+func (r *Ring) drive(pc *piece) []completion {
+	for {
+		if r.err != nil {
+			pc.busy = false
+			return []completion{{pc.done, r.err}}
+		}
+		s := pc.next
+		f := pc.recv[s]
+		if f == nil {
+			pc.busy = false
+			return nil
+		}
+		pc.recv[s] = nil
+		r.mu.Unlock()
+		err := r.step(pc, s, f)
+		r.mu.Lock()
+		if err != nil {
+			cs := r.failLocked(err)
+			pc.busy = false
+			return append(cs, completion{pc.done, r.err})
+		}
+		pc.next++
+		if pc.next == r.steps {
+			if r.pieces[pc.key] == pc {
+				delete(r.pieces, pc.key)
+			}
+			pc.busy = false
+			return []completion{{pc.done, nil}}
+		}
+	}
+}
+
+// step applies received step s of pc (adding or copying its chunk) and
+// sends step s+1, which forwards the chunk just updated.
+func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
+	var c int
+	if s < r.size-1 {
+		c = mod(r.rank-s-1, r.size) // reduce-scatter
+	} else {
+		c = mod(r.rank-(s-(r.size-1)), r.size) // all-gather
+	}
+	lo, hi := chunk(len(pc.data), r.size, c)
+	if f.Offset != uint64(4*lo) || int(f.Length) != 4*(hi-lo) || len(f.Payload) != 4*(hi-lo) {
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent bytes [%d,%d) as step %d of %v, want chunk %d = bytes [%d,%d) of a %d-element piece (do the ranks disagree on its size?)",
+			r.rank, r.prevRank, f.Offset, f.Offset+uint64(f.Length), s, pc.key, c, 4*lo, 4*hi, len(pc.data))
+	}
+	dst := pc.data[lo:hi]
+	if s < r.size-1 {
+		transport.AddFloat32s(dst, f.Payload)
+		transport.PutFloat32s(f.Payload, dst) // the payload becomes the next step's
+	} else {
+		transport.Float32s(dst, f.Payload) // forwarded as it came
+	}
+	if s+1 == r.steps {
+		return nil
+	}
+	return r.send(pc, s+1, lo, f.Payload)
+}
+
+// send enqueues step s of pc, the chunk at element lo, to the next rank.
+// payload must not be modified afterwards.
+func (r *Ring) send(pc *piece, s, lo int, payload []byte) error {
+	k := pc.key
+	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
+		Aux: uint32(s), Priority: pc.prio, Offset: uint64(4 * lo)}
+	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: payload}, r.written); err != nil {
+		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
+	}
+	return nil
+}
+
+// written is the send callback: a frame that could not be written fails
+// the ring. It runs on the connection's sender goroutine, which must not
+// block, so done callbacks run on their own goroutine.
+func (r *Ring) written(err error) {
+	if err == nil {
+		return
+	}
+	r.mu.Lock()
+	cs := r.failLocked(fmt.Errorf("allreduce: rank %d: lost next rank %d: %w", r.rank, r.nextRank, err))
+	r.mu.Unlock()
+	if len(cs) > 0 {
+		go runAll(cs)
+	}
+}
+
+// chunk returns the element range [lo, hi) of chunk i of n elements cut
+// into size near-equal chunks, the larger first.
+func chunk(n, size, i int) (lo, hi int) {
+	base, rem := n/size, n%size
+	lo = i*base + min(i, rem)
+	hi = lo + base
+	if i < rem {
+		hi++
+	}
+	return lo, hi
+}
+
+func mod(a, m int) int {
+	a %= m
+	if a < 0 {
+		a += m
+	}
+	return a
+}

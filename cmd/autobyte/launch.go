@@ -1,0 +1,323 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/stats"
+	"github.com/autobyte/autobyte/units"
+)
+
+func newLaunchCmd() *cobra.Command {
+	var f scenarioFlags
+	var asJSON bool
+	var verify, logLevel string
+	var peerTimeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "launch",
+		Short: "Start a whole local cluster (servers and workers as separate processes on loopback) and run a job",
+		Long: `launch starts --servers parameter servers and --workers workers as separate
+processes on this machine, connected over loopback TCP, runs the job, shows
+rank 0's progress per iteration and prints a summary. With --bandwidth every
+process shapes its own egress and ingress to that rate (in-process token
+buckets), so the cluster behaves like hosts on links of that rate.
+
+If any process fails, the others are stopped and launch exits non-zero with
+the failed process's error.`,
+		Example: `  autobyte launch --workers 4 --servers 2 --model resnet50 --bandwidth 1Gbps --iterations 10
+  autobyte launch --workers 4 --arch allreduce --model vgg16 --compute-scale 2 --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, o, err := f.spec(cmd)
+			if err != nil {
+				return err
+			}
+			if _, err := parseVerify(verify); err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			res, err := launchLocal(ctx, cmd, spec, launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
+				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()})
+			if err != nil {
+				return err
+			}
+			rep := newLaunchReport(f, o, spec, res)
+			rep.ShapedBps = shapedRate(cmd, o)
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
+			}
+			return rep.writeText(cmd.OutOrStdout())
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringVar(&verify, "verify", "sample", "workers check sums against exact values: none, sample or full")
+	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "children's log level")
+	cmd.Flags().DurationVar(&peerTimeout, "peer-timeout", 5*time.Second, "a silent peer fails the job after this long")
+	return cmd
+}
+
+type launchConfig struct {
+	verify, logLevel string
+	peerTimeout      time.Duration
+	shaped           float64
+	progress         io.Writer
+}
+
+// launchResult is what the processes reported.
+type launchResult struct {
+	workers, servers []*job.Summary
+	wall             time.Duration
+}
+
+// scenarioArgs re-emits the scenario flags the user set, for the children.
+func scenarioArgs(cmd *cobra.Command) []string {
+	var probe scenarioFlags
+	names := map[string]bool{}
+	tmp := &cobra.Command{}
+	probe.register(tmp)
+	tmp.Flags().VisitAll(func(fl *pflag.Flag) { names[fl.Name] = true })
+	var args []string
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		if names[fl.Name] {
+			args = append(args, "--"+fl.Name+"="+fl.Value.String())
+		}
+	})
+	return args
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("launch: finding a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type child struct {
+	name    string
+	cmd     *exec.Cmd
+	stdout  bytes.Buffer
+	lastErr string
+	mu      sync.Mutex
+}
+
+// launchLocal runs the job as child processes on loopback.
+func launchLocal(ctx context.Context, cmd *cobra.Command, spec job.Spec, lc launchConfig) (*launchResult, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("launch: cannot find this program to start children: %w", err)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return nil, err
+	}
+	common := append(scenarioArgs(cmd), "--master=127.0.0.1:"+strconv.Itoa(port), "--listen=127.0.0.1:0",
+		"--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
+	if lc.shaped > 0 && !cmd.Flags().Changed("bandwidth") {
+		common = append(common, fmt.Sprintf("--bandwidth=%gB/s", lc.shaped))
+	}
+	env := append(os.Environ(), "AUTOBYTE_TOKEN="+hex.EncodeToString(tok))
+	var children []*child
+	add := func(name string, args ...string) {
+		c := &child{name: name, cmd: exec.Command(self, append(args, common...)...)}
+		c.cmd.Env = env
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		children = append(children, c)
+	}
+	for m := 0; m < spec.Servers; m++ {
+		add(fmt.Sprintf("server %d", m), "server", "--index="+strconv.Itoa(m))
+	}
+	for r := 0; r < spec.Workers; r++ {
+		add(fmt.Sprintf("worker %d", r), "worker", "--rank="+strconv.Itoa(r), "--verify="+lc.verify)
+	}
+	start := time.Now()
+	failed := make(chan *child, len(children))
+	var wg sync.WaitGroup
+	for _, c := range children {
+		c.cmd.Stdout = &c.stdout
+		stderr, err := c.cmd.StderrPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := c.cmd.Start(); err != nil {
+			killAll(children)
+			return nil, fmt.Errorf("launch: starting %s: %w", c.name, err)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sc := bufio.NewScanner(stderr)
+			sc.Buffer(make([]byte, 64<<10), 1<<20)
+			for sc.Scan() {
+				line := sc.Text()
+				c.mu.Lock()
+				c.lastErr = line
+				c.mu.Unlock()
+				if c.name == "worker 0" && strings.HasPrefix(line, "iteration ") || strings.Contains(line, "level=ERROR") {
+					fmt.Fprintf(lc.progress, "[%s] %s\n", c.name, line)
+				}
+			}
+			if err := c.cmd.Wait(); err != nil {
+				failed <- c
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	var first *child
+	select {
+	case <-done:
+	case first = <-failed:
+	case <-ctx.Done():
+		killAll(children)
+		<-done
+		return nil, fmt.Errorf("launch: interrupted: %w", context.Cause(ctx))
+	}
+	if first != nil {
+		// Give the others a moment to notice and report the lost peer
+		// themselves, then stop whatever is left.
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			killAll(children)
+			<-done
+		}
+		return nil, fmt.Errorf("launch: %s failed: %s", first.name, first.reason())
+	}
+	select {
+	case c := <-failed:
+		return nil, fmt.Errorf("launch: %s failed: %s", c.name, c.reason())
+	default:
+	}
+	res := &launchResult{wall: time.Since(start)}
+	for _, c := range children {
+		var s job.Summary
+		line := strings.TrimSpace(c.stdout.String())
+		if i := strings.LastIndexByte(line, '\n'); i >= 0 {
+			line = line[i+1:]
+		}
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			return nil, fmt.Errorf("launch: %s printed no summary (%q): %w", c.name, line, err)
+		}
+		if s.Role == "server" {
+			res.servers = append(res.servers, &s)
+		} else {
+			res.workers = append(res.workers, &s)
+		}
+	}
+	return res, nil
+}
+
+func (c *child) reason() string {
+	var s job.Summary
+	line := strings.TrimSpace(c.stdout.String())
+	if json.Unmarshal([]byte(line), &s) == nil && s.Error != "" {
+		return s.Error
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.lastErr != "" {
+		return c.lastErr
+	}
+	return c.cmd.ProcessState.String()
+}
+
+func killAll(children []*child) {
+	for _, c := range children {
+		if c.cmd.Process != nil {
+			_ = c.cmd.Process.Signal(syscall.SIGTERM)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	for _, c := range children {
+		if c.cmd.Process != nil {
+			_ = c.cmd.Process.Kill()
+		}
+	}
+}
+
+// launchReport is the JSON contract of 'autobyte launch --json'.
+type launchReport struct {
+	Model           string    `json:"model"`
+	Arch            string    `json:"arch"`
+	Workers         int       `json:"workers"`
+	Servers         int       `json:"servers"`
+	ShapedBps       float64   `json:"shaped_bytes_per_s"`
+	ComputeScale    float64   `json:"compute_scale"`
+	Scheduler       string    `json:"scheduler"`
+	PartitionBytes  int64     `json:"partition_bytes"`
+	CreditBytes     int64     `json:"credit_bytes"`
+	Iterations      int       `json:"iterations"`
+	IterationTimeS  float64   `json:"iteration_time_s"`
+	IterationTimesS []float64 `json:"iteration_times_s"`
+	SamplesPerS     float64   `json:"samples_per_s"`
+	BytesSent       int64     `json:"bytes_sent"`
+	Verified        bool      `json:"verified"`
+	CheckedElements int64     `json:"checked_elements"`
+	WallS           float64   `json:"wall_s"`
+}
+
+func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchResult) launchReport {
+	rep := launchReport{Model: o.Profile.Name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
+		ComputeScale: f.computeScale, Scheduler: f.scheduler, PartitionBytes: o.Sched.PartitionBytes,
+		CreditBytes: o.Sched.CreditBytes, Iterations: o.Iterations, WallS: r.wall.Seconds(), Verified: f.iterations > 0}
+	// Iteration k ends when the slowest worker ends forward k+1.
+	for k := 0; k < spec.Iterations; k++ {
+		var worst float64
+		for _, w := range r.workers {
+			if k < len(w.IterationTimesS) {
+				worst = max(worst, w.IterationTimesS[k])
+			}
+		}
+		rep.IterationTimesS = append(rep.IterationTimesS, worst)
+	}
+	for _, w := range r.workers {
+		rep.BytesSent += w.BytesSent
+		rep.CheckedElements += w.Checked
+		rep.Verified = rep.Verified && w.Checked > 0
+	}
+	for _, s := range r.servers {
+		rep.BytesSent += s.BytesSent
+	}
+	rep.IterationTimeS = stats.SteadyState(rep.IterationTimesS)
+	rep.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / rep.IterationTimeS
+	return rep
+}
+
+func (r launchReport) writeText(w io.Writer) error {
+	fmt.Fprintf(w, "\n%s on %d workers", r.Model, r.Workers)
+	if r.Arch == "ps" {
+		fmt.Fprintf(w, " + %d servers", r.Servers)
+	}
+	fmt.Fprintf(w, " (%s), scheduler %s: %s per iteration (steady state), %.1f samples/s\n",
+		r.Arch, r.Scheduler, units.FormatSeconds(r.IterationTimeS), r.SamplesPerS)
+	fmt.Fprintf(w, "bytes sent %s, sums verified: %v (%d elements checked), wall %s\n",
+		units.FormatBytes(r.BytesSent), r.Verified, r.CheckedElements, units.FormatSeconds(r.WallS))
+	return nil
+}

@@ -1,0 +1,203 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/units"
+	"github.com/autobyte/autobyte/worker"
+)
+
+// netFlags are how a runtime process finds and authenticates its peers.
+type netFlags struct {
+	master, listen, token string
+	peerTimeout           time.Duration
+	logLevel              string
+}
+
+func (n *netFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&n.master, "master", "", "rendezvous address host:port (default: $MASTER_ADDR:$MASTER_PORT)")
+	fs.StringVar(&n.listen, "listen", "", "address to accept data connections on (default :0, any interface, a free port)")
+	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
+	fs.DurationVar(&n.peerTimeout, "peer-timeout", 5*time.Second, "fail when a peer is silent (no heartbeat) this long")
+	fs.StringVar(&n.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+}
+
+func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) {
+	var out job.Net
+	master := n.master
+	if master == "" {
+		if env.MasterAddr == "" || env.MasterPort == 0 {
+			return out, cluster.ErrNoCoordinator
+		}
+		master = net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
+	}
+	token := n.token
+	if token == "" {
+		token = os.Getenv("AUTOBYTE_TOKEN")
+	}
+	if token == "" {
+		return out, fmt.Errorf("no cluster token: pass --token or set AUTOBYTE_TOKEN (every process of a job needs the same one)")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(n.logLevel)); err != nil {
+		return out, fmt.Errorf("--log-level %q: want debug, info, warn or error", n.logLevel)
+	}
+	if n.peerTimeout <= 0 {
+		return out, fmt.Errorf("--peer-timeout must be > 0, got %v", n.peerTimeout)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log}, nil
+}
+
+// spec builds the job spec from the scenario flags.
+func (f *scenarioFlags) spec(cmd *cobra.Command) (job.Spec, sim.Options, error) {
+	o, err := f.options(cmd)
+	if err != nil {
+		return job.Spec{}, o, err
+	}
+	arch := worker.PS
+	if o.Arch == sim.AllReduce {
+		arch = worker.AllReduce
+	}
+	return job.Spec{Profile: o.Profile, Arch: arch, Workers: o.Workers, Servers: o.Servers, Sched: o.Sched,
+		ShardBytes: o.ShardBytes, Iterations: o.Iterations}, o, nil
+}
+
+// signalContext is cancelled by SIGINT or SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+func printSummary(cmd *cobra.Command, s *job.Summary, err error) error {
+	if err != nil {
+		s.Error = err.Error()
+	}
+	b, _ := json.Marshal(s)
+	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	return err
+}
+
+func newServerCmd() *cobra.Command {
+	var f scenarioFlags
+	var n netFlags
+	var index int
+	cmd := &cobra.Command{
+		Use:   "server",
+		Short: "Run one parameter server of a job (usually started by 'autobyte launch')",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			spec, o, err := f.spec(cmd)
+			if err != nil {
+				return err
+			}
+			env, err := cluster.FromEnv(cluster.Env{})
+			if err != nil {
+				return err
+			}
+			jn, err := n.resolve(env, shapedRate(cmd, o))
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			s, err := job.RunServer(ctx, spec, index, jn)
+			return printSummary(cmd, s, err)
+		},
+	}
+	f.register(cmd)
+	n.register(cmd)
+	cmd.Flags().IntVar(&index, "index", 0, "this server's index (0 .. servers-1)")
+	return cmd
+}
+
+func newWorkerCmd() *cobra.Command {
+	var f scenarioFlags
+	var n netFlags
+	var rank int
+	var verify string
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Run one worker of a job: replays a model's compute and communicates its gradients for real",
+		Long: `worker replays a model profile's per-layer compute (scaled by --compute-scale)
+and sends real gradient data through the scheduling core and the transport, so
+it benchmarks a cluster for any zoo model or profile. Rank 0 is the
+coordinator: it listens at --master (or $MASTER_ADDR:$MASTER_PORT). The rank
+comes from --rank or $RANK, the number of workers from --workers or
+$WORLD_SIZE.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			env, err := cluster.FromEnv(cluster.Env{Rank: rank, WorldSize: f.workers})
+			if err != nil {
+				return err
+			}
+			if !cmd.Flags().Changed("rank") {
+				rank = env.Rank
+			}
+			if !cmd.Flags().Changed("workers") && env.WorldSize > 0 {
+				f.workers = env.WorldSize
+			}
+			spec, o, err := f.spec(cmd)
+			if err != nil {
+				return err
+			}
+			jn, err := n.resolve(env, shapedRate(cmd, o))
+			if err != nil {
+				return err
+			}
+			v, err := parseVerify(verify)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			progress := func(k int, d time.Duration) {
+				if rank == 0 {
+					fmt.Fprintf(cmd.ErrOrStderr(), "iteration %d/%d: %s\n", k+1, spec.Iterations, units.FormatSeconds(d.Seconds()))
+				}
+			}
+			s, err := job.RunWorker(ctx, spec, job.WorkerOptions{Rank: rank, Verify: v, OnIteration: progress}, jn)
+			return printSummary(cmd, s, err)
+		},
+	}
+	f.register(cmd)
+	n.register(cmd)
+	cmd.Flags().IntVar(&rank, "rank", 0, "this worker's rank (default: $RANK)")
+	cmd.Flags().StringVar(&verify, "verify", "sample", "check sums against exact values: none, sample or full")
+	return cmd
+}
+
+func parseVerify(s string) (worker.Verify, error) {
+	switch s {
+	case "none":
+		return worker.VerifyNone, nil
+	case "sample":
+		return worker.VerifySample, nil
+	case "full":
+		return worker.VerifyFull, nil
+	}
+	return 0, fmt.Errorf("unknown --verify %q (want none, sample or full)", s)
+}
+
+// shapedRate is the in-process shaping rate: --bandwidth when given (or
+// --shape forced), otherwise none.
+func shapedRate(cmd *cobra.Command, o sim.Options) float64 {
+	if cmd.Flags().Changed("bandwidth") {
+		return o.BandwidthBps
+	}
+	return 0
+}

@@ -1,0 +1,123 @@
+// Package job runs one process of a real training job: a parameter server
+// or a worker that replays a model profile through the worker engine. It
+// wires rendezvous (package cluster), connections (transport), summation
+// (ps), the ring (allreduce) and the engine (worker) together, and reports
+// what the process measured. The CLI's server, worker and launch commands
+// are thin wrappers around it.
+//
+// It knows nothing of command-line flags or child processes.
+package job
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/transport"
+	"github.com/autobyte/autobyte/worker"
+)
+
+// Spec is the job every process of it must agree on (its digest is checked
+// at rendezvous).
+type Spec struct {
+	Profile    *model.Profile
+	Arch       worker.Arch
+	Workers    int
+	Servers    int
+	Sched      sched.Config
+	ShardBytes int64
+	Iterations int
+	// PullMode makes PS workers pull each sum separately.
+	PullMode bool
+}
+
+// Digest identifies the spec.
+func (s Spec) Digest() string {
+	b, _ := json.Marshal(struct {
+		Profile    *model.Profile
+		Arch       worker.Arch
+		W, M       int
+		Sched      sched.Config
+		Shard      int64
+		Iterations int
+		Pull       bool
+	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.Iterations, s.PullMode})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:6])
+}
+
+// Validate reports the first invalid field.
+func (s Spec) Validate() error {
+	switch {
+	case s.Profile == nil:
+		return fmt.Errorf("job: no model profile")
+	case s.Workers < 1:
+		return fmt.Errorf("job: workers must be >= 1, got %d", s.Workers)
+	case s.Arch == worker.PS && s.Servers < 1:
+		return fmt.Errorf("job: parameter servers must be >= 1, got %d", s.Servers)
+	case s.Arch == worker.AllReduce && s.Servers != 0:
+		return fmt.Errorf("job: all-reduce has no servers, got %d", s.Servers)
+	case s.Iterations < 1:
+		return fmt.Errorf("job: iterations must be >= 1, got %d", s.Iterations)
+	case s.ShardBytes < 0:
+		return fmt.Errorf("job: shard size must be >= 0, got %d", s.ShardBytes)
+	}
+	if err := s.Sched.Validate(); err != nil {
+		return err
+	}
+	return s.Profile.Validate()
+}
+
+// Net is how a process reaches the others.
+type Net struct {
+	// Master is the coordinator's address (rank 0 listens there).
+	Master string
+	// Listen is where a server or an all-reduce worker accepts data
+	// connections; ":0" picks a free port on every interface.
+	Listen string
+	Token  string
+	// BandwidthBps shapes this process's egress and ingress in-process
+	// (bytes/s); 0 leaves them unshaped.
+	BandwidthBps float64
+	// PeerTimeout bounds how long a silent peer is tolerated (default 5 s).
+	PeerTimeout time.Duration
+	Logger      *slog.Logger
+}
+
+func (n Net) transport(role string, rank int) (transport.Config, error) {
+	cfg := transport.Config{Token: n.Token, Rank: rank, Role: role, PeerTimeout: n.PeerTimeout, Logger: n.Logger}
+	if n.BandwidthBps > 0 {
+		if math.IsInf(n.BandwidthBps, 0) || math.IsNaN(n.BandwidthBps) {
+			return cfg, fmt.Errorf("job: bandwidth must be a positive rate, got %v B/s", n.BandwidthBps)
+		}
+		// A burst of 2 ms of traffic, at least 64 KiB: smooth at high rates,
+		// not a byte-at-a-time crawl at low ones.
+		burst := max(64<<10, int(n.BandwidthBps*0.002))
+		cfg.Egress = rate.NewLimiter(rate.Limit(n.BandwidthBps), burst)
+		cfg.Ingress = rate.NewLimiter(rate.Limit(n.BandwidthBps), burst)
+	}
+	return cfg, nil
+}
+
+// Summary is what one process reports; the launcher gathers them.
+type Summary struct {
+	Role  string `json:"role"`
+	Rank  int    `json:"rank"`
+	Error string `json:"error,omitempty"`
+	// Worker only.
+	IterationTimesS []float64 `json:"iteration_times_s,omitempty"`
+	IterationTimeS  float64   `json:"iteration_time_s,omitempty"`
+	Checked         int64     `json:"checked_elements,omitempty"`
+	// BytesSent and BytesReceived count every connection of the process.
+	BytesSent     int64   `json:"bytes_sent"`
+	BytesReceived int64   `json:"bytes_received"`
+	WallS         float64 `json:"wall_s"`
+}

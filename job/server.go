@@ -1,0 +1,123 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/ps"
+	"github.com/autobyte/autobyte/transport"
+)
+
+// RunServer runs parameter server index until every worker said goodbye,
+// or fails with an error naming the lost peer.
+func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, error) {
+	start := time.Now()
+	sum := &Summary{Role: "server", Rank: index}
+	if err := spec.Validate(); err != nil {
+		return sum, err
+	}
+	if index < 0 || index >= spec.Servers {
+		return sum, fmt.Errorf("job: server index %d out of range for %d servers", index, spec.Servers)
+	}
+	cfg, err := n.transport("server", index)
+	if err != nil {
+		return sum, err
+	}
+	l, err := transport.Listen(listenAddr(n.Listen), cfg)
+	if err != nil {
+		return sum, fmt.Errorf("job: server %d: %w", index, err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.Digest()}
+	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg)
+	if err != nil {
+		return sum, err
+	}
+	defer ctl.Close()
+
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	// The control connection to rank 0 carries only its goodbye; losing it
+	// means losing the job.
+	go func() {
+		for {
+			f, err := ctl.Recv()
+			if err != nil {
+				cancel(fmt.Errorf("job: server %d: lost rank 0: %w", index, err))
+				return
+			}
+			if cluster.IsBye(f) {
+				return
+			}
+		}
+	}()
+
+	conns := make([]*transport.Conn, spec.Workers)
+	for got := 0; got < spec.Workers; got++ {
+		c, err := l.Accept(ctx)
+		if err != nil {
+			closeAll(conns, err)
+			return sum, fmt.Errorf("job: server %d waiting for %d more workers: %w", index, spec.Workers-got, context.Cause(ctx))
+		}
+		r := c.PeerRank()
+		if c.PeerRole() != "worker" || r < 0 || r >= spec.Workers || conns[r] != nil {
+			err := fmt.Errorf("job: server %d: unexpected peer %s (want each of %d workers once)", index, c.Peer(), spec.Workers)
+			_ = c.CloseWithReason(err.Error())
+			closeAll(conns, err)
+			return sum, err
+		}
+		conns[r] = c
+	}
+	mode := ps.AnswerPush
+	if spec.PullMode {
+		mode = ps.SeparatePull
+	}
+	srv, err := ps.New(ps.Options{Workers: spec.Workers, Mode: mode, Logger: n.Logger})
+	if err != nil {
+		return sum, err
+	}
+	err = srv.Serve(ctx, conns)
+	for _, c := range conns {
+		s, r := c.Stats()
+		sum.BytesSent += s
+		sum.BytesReceived += r
+	}
+	if err == nil {
+		_ = ctl.Send(cluster.ByeFrame(index))
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}
+	sum.WallS = time.Since(start).Seconds()
+	return sum, err
+}
+
+func closeAll(conns []*transport.Conn, err error) {
+	for _, c := range conns {
+		if c != nil {
+			_ = c.CloseWithReason(err.Error())
+		}
+	}
+}
+
+// listenAddr defaults to every interface on a free port.
+func listenAddr(s string) string {
+	if s == "" {
+		return ":0"
+	}
+	return s
+}
+
+// advertise is the address others dial: the listen host if it names one,
+// else ":port" for the coordinator to fill in with the host it saw.
+func advertise(listen, port string) string {
+	host, _, err := net.SplitHostPort(listenAddr(listen))
+	if err != nil || host == "" || host == "0.0.0.0" || host == "::" {
+		return ":" + port
+	}
+	return net.JoinHostPort(host, port)
+}
