@@ -24,9 +24,11 @@ package allreduce
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 
 	"github.com/autobyte/autobyte/sched"
@@ -407,8 +409,7 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 	}
 	dst := pc.data[lo:hi]
 	if s < r.size-1 {
-		transport.AddFloat32s(dst, f.Payload)
-		transport.PutFloat32s(f.Payload, dst) // the payload becomes the next step's
+		addPut(dst, f.Payload) // the payload becomes the next step's
 	} else {
 		transport.Float32s(dst, f.Payload) // forwarded as it came
 	}
@@ -442,6 +443,36 @@ func (r *Ring) written(err error) {
 	r.mu.Unlock()
 	if len(cs) > 0 {
 		go runAll(cs)
+	}
+}
+
+// addPut adds the len(dst) little-endian float32 values encoded in b to
+// dst and writes the sums back into b: transport.AddFloat32s followed by
+// transport.PutFloat32s, in one pass. len(b) must be 4*len(dst).
+func addPut(dst []float32, b []byte) {
+	if len(b) != 4*len(dst) {
+		panic(fmt.Sprintf("allreduce: addPut: %d bytes for %d floats", len(b), len(dst)))
+	}
+	le := binary.LittleEndian
+	for len(dst) >= 4 {
+		d := dst[:4:4]
+		s := b[:16:16]
+		v0 := d[0] + math.Float32frombits(le.Uint32(s[0:4]))
+		v1 := d[1] + math.Float32frombits(le.Uint32(s[4:8]))
+		v2 := d[2] + math.Float32frombits(le.Uint32(s[8:12]))
+		v3 := d[3] + math.Float32frombits(le.Uint32(s[12:16]))
+		d[0], d[1], d[2], d[3] = v0, v1, v2, v3
+		le.PutUint32(s[0:4], math.Float32bits(v0))
+		le.PutUint32(s[4:8], math.Float32bits(v1))
+		le.PutUint32(s[8:12], math.Float32bits(v2))
+		le.PutUint32(s[12:16], math.Float32bits(v3))
+		dst = dst[4:]
+		b = b[16:]
+	}
+	for i := range dst {
+		v := dst[i] + math.Float32frombits(le.Uint32(b[4*i:]))
+		dst[i] = v
+		le.PutUint32(b[4*i:], math.Float32bits(v))
 	}
 }
 

@@ -360,7 +360,14 @@ func (c *Conn) write(h Header, payload []byte, shaped bool) error {
 // PeerTimeout, reset, EOF), a truncated frame or a garbage header make it
 // return an error naming the peer. Any error closes the connection and is
 // returned again by later calls.
-func (c *Conn) Recv() (Frame, error) {
+func (c *Conn) Recv() (Frame, error) { return c.RecvInto(nil) }
+
+// RecvInto is Recv, reading the payload into buf[:Length] when buf has the
+// capacity (allocating a fresh slice otherwise), so a receive loop can
+// reuse one buffer, e.g. decode or AddFloat32s it and receive the next
+// frame into it. Allocating a fresh 4 MiB payload per frame costs about a
+// third of loopback throughput (see docs/transport.md).
+func (c *Conn) RecvInto(buf []byte) (Frame, error) {
 	c.recvMu.Lock()
 	defer c.recvMu.Unlock()
 	for {
@@ -390,7 +397,7 @@ func (c *Conn) Recv() (Frame, error) {
 			}
 			return Frame{}, c.fail(&PeerClosedError{Peer: c.peer, Reason: string(reason)})
 		}
-		payload, err := c.readPayload(h)
+		payload, err := c.readPayload(h, buf)
 		if err != nil {
 			return Frame{}, c.fail(err)
 		}
@@ -409,8 +416,12 @@ func (c *Conn) stickyErr() error {
 // us allocate a gigabyte up front.
 const eagerAlloc = 16 << 20
 
-func (c *Conn) readPayload(h Header) ([]byte, error) {
+func (c *Conn) readPayload(h Header, buf []byte) ([]byte, error) {
 	n := int(h.Length)
+	if cap(buf) >= n {
+		p := buf[:n]
+		return p, c.readFull(p, "payload", h)
+	}
 	if n <= eagerAlloc {
 		p := make([]byte, n)
 		return p, c.readFull(p, "payload", h)

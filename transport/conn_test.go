@@ -398,14 +398,16 @@ func TestTLSRoundTrip(t *testing.T) {
 
 func TestPriorityOrderWhileSenderBlocked(t *testing.T) {
 	checkLeaks(t)
-	cc := testConfig("worker", 1)
-	cc.SendBuffer = 4096
-	srv, cli := pair(t, testConfig("server", 0), cc)
+	// Default SO_SNDBUF (256 KiB). Do not go much below 64 KiB here: on
+	// loopback (64 KiB MSS) a tiny send buffer collapses throughput.
+	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
 
-	// The first frame is far larger than the socket buffers, so the sender
-	// stays blocked in it until the server starts reading.
+	// The first frame is far larger than the socket buffers (the receive
+	// buffer does not grow while nobody reads), so the sender stays blocked
+	// in it until the server starts reading.
 	big := make([]byte, 16<<20)
-	if err := cli.Send(Frame{Header: Header{Kind: KindPush, Key: 100000, Priority: 1 << 40}, Payload: big}); err != nil {
+	bigDone := make(chan error, 1)
+	if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush, Key: 100000, Priority: 1 << 40}, Payload: big}, func(err error) { bigDone <- err }); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(2 * time.Second); cli.Queued() > 0; {
@@ -428,6 +430,11 @@ func TestPriorityOrderWhileSenderBlocked(t *testing.T) {
 		}
 	}
 	slices.SortStableFunc(want, func(a, b item) int { return cmp.Compare(a.prio, b.prio) })
+	select {
+	case err := <-bigDone:
+		t.Fatalf("the first frame was written (%v) before the others were queued: the test cannot check the order", err)
+	default:
+	}
 
 	f, err := srv.Recv()
 	if err != nil || f.Key != 100000 || len(f.Payload) != len(big) {
@@ -638,9 +645,7 @@ func TestCloseReasonSurfaces(t *testing.T) {
 
 func TestCloseUnblocksRecvAndFailsQueuedFrames(t *testing.T) {
 	checkLeaks(t)
-	cc := testConfig("worker", 1)
-	cc.SendBuffer = 4096
-	_, cli := pair(t, testConfig("server", 0), cc)
+	_, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
 	// Block the sender with a big frame nobody reads, queue more behind it.
 	var mu sync.Mutex
 	var results []error

@@ -24,6 +24,7 @@ import (
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
+	"github.com/autobyte/autobyte/testbed"
 	"github.com/autobyte/autobyte/units"
 )
 
@@ -32,6 +33,7 @@ func newLaunchCmd() *cobra.Command {
 	var asJSON bool
 	var verify, logLevel string
 	var peerTimeout time.Duration
+	var bedName string
 	cmd := &cobra.Command{
 		Use:   "launch",
 		Short: "Start a whole local cluster (servers and workers as separate processes on loopback) and run a job",
@@ -56,8 +58,17 @@ the failed process's error.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			res, err := launchLocal(ctx, cmd, spec, launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
-				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()})
+			lc := launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
+				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()}
+			if bedName != "" {
+				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps)
+				if err != nil {
+					return err
+				}
+				defer cleanup()
+				lc.bed, lc.shaped = bed, 0
+			}
+			res, err := launchLocal(ctx, cmd, spec, lc)
 			if err != nil {
 				return err
 			}
@@ -74,7 +85,36 @@ the failed process's error.`,
 	cmd.Flags().StringVar(&verify, "verify", "sample", "workers check sums against exact values: none, sample or full")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "children's log level")
 	cmd.Flags().DurationVar(&peerTimeout, "peer-timeout", 5*time.Second, "a silent peer fails the job after this long")
+	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
 	return cmd
+}
+
+// prepareTestbed loads testbed name, or creates it for this run (removed
+// again by cleanup), and sets every host's rate to --bandwidth when given.
+func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts int, rateBps float64) (*testbed.Testbed, func(), error) {
+	if err := testbed.Available(); err != nil {
+		return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
+	}
+	bed, err := testbed.Load(name)
+	if err != nil {
+		bed, err = testbed.Up(ctx, testbed.Options{Name: name, Hosts: hosts, RateBps: rateBps})
+		if err != nil {
+			return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s: %d hosts at %s (removed after the run)\n", name, hosts, units.FormatRate(rateBps))
+		return bed, func() { _ = testbed.Down(context.Background(), name) }, nil
+	}
+	if len(bed.Hosts) < hosts {
+		return nil, nil, fmt.Errorf("--testbed %s has %d hosts, the job needs %d (workers + servers)", name, len(bed.Hosts), hosts)
+	}
+	if cmd.Flags().Changed("bandwidth") {
+		for h := 0; h < hosts; h++ {
+			if err := bed.Set(ctx, h, rateBps, bed.Hosts[h].DelayS); err != nil {
+				return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
+			}
+		}
+	}
+	return bed, func() {}, nil
 }
 
 type launchConfig struct {
@@ -82,6 +122,9 @@ type launchConfig struct {
 	peerTimeout      time.Duration
 	shaped           float64
 	progress         io.Writer
+	// bed, if set, runs every process in its own testbed host: servers in
+	// hosts 0..M-1, workers in M..M+N-1.
+	bed *testbed.Testbed
 }
 
 // launchResult is what the processes reported.
@@ -129,32 +172,44 @@ func launchLocal(ctx context.Context, cmd *cobra.Command, spec job.Spec, lc laun
 	if err != nil {
 		return nil, fmt.Errorf("launch: cannot find this program to start children: %w", err)
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	tok := make([]byte, 16)
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	common := append(scenarioArgs(cmd), "--master=127.0.0.1:"+strconv.Itoa(port), "--listen=127.0.0.1:0",
-		"--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
-	if lc.shaped > 0 && !cmd.Flags().Changed("bandwidth") {
-		common = append(common, fmt.Sprintf("--bandwidth=%gB/s", lc.shaped))
+	common := append(scenarioArgs(cmd), "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
+	master, listen := "", func(int) string { return "127.0.0.1:0" }
+	if lc.bed != nil {
+		// The testbed shapes the links; processes must not shape again.
+		common = append(common, "--shape=false")
+		master = net.JoinHostPort(lc.bed.Hosts[spec.Servers].IP, "29500")
+		listen = func(host int) string { return net.JoinHostPort(lc.bed.Hosts[host].IP, "0") }
+	} else {
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		master = "127.0.0.1:" + strconv.Itoa(port)
 	}
+	common = append(common, "--master="+master)
 	env := append(os.Environ(), "AUTOBYTE_TOKEN="+hex.EncodeToString(tok))
 	var children []*child
-	add := func(name string, args ...string) {
-		c := &child{name: name, cmd: exec.Command(self, append(args, common...)...)}
+	add := func(name string, host int, args ...string) {
+		args = append(append(args, common...), "--listen="+listen(host))
+		c := &child{name: name}
+		if lc.bed != nil {
+			c.cmd = lc.bed.Command(ctx, host, self, args...)
+		} else {
+			c.cmd = exec.Command(self, args...)
+		}
 		c.cmd.Env = env
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		children = append(children, c)
 	}
 	for m := 0; m < spec.Servers; m++ {
-		add(fmt.Sprintf("server %d", m), "server", "--index="+strconv.Itoa(m))
+		add(fmt.Sprintf("server %d", m), m, "server", "--index="+strconv.Itoa(m))
 	}
 	for r := 0; r < spec.Workers; r++ {
-		add(fmt.Sprintf("worker %d", r), "worker", "--rank="+strconv.Itoa(r), "--verify="+lc.verify)
+		add(fmt.Sprintf("worker %d", r), spec.Servers+r, "worker", "--rank="+strconv.Itoa(r), "--verify="+lc.verify)
 	}
 	start := time.Now()
 	failed := make(chan *child, len(children))

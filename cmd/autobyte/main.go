@@ -25,6 +25,6 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSimCmd(), newModelsCmd(), newDemoCmd(), newSweepCmd(), newServerCmd(), newWorkerCmd(), newLaunchCmd())
+	root.AddCommand(newSimCmd(), newModelsCmd(), newDemoCmd(), newSweepCmd(), newServerCmd(), newWorkerCmd(), newLaunchCmd(), newTestbedCmd())
 	return root
 }

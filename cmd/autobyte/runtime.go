@@ -26,6 +26,7 @@ type netFlags struct {
 	master, listen, token string
 	peerTimeout           time.Duration
 	logLevel              string
+	shape                 bool
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -35,6 +36,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
 	fs.DurationVar(&n.peerTimeout, "peer-timeout", 5*time.Second, "fail when a peer is silent (no heartbeat) this long")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	fs.BoolVar(&n.shape, "shape", true, "shape this process's egress and ingress to --bandwidth when --bandwidth is given")
 }
 
 func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) {
@@ -61,6 +63,9 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 		return out, fmt.Errorf("--peer-timeout must be > 0, got %v", n.peerTimeout)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if !n.shape {
+		bandwidth = 0
+	}
 	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log}, nil
 }
 

@@ -1,0 +1,209 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/worker"
+)
+
+// testProfile has tensors of awkward sizes and no compute, so runs are
+// quick and pieces, shards and ring chunks do not divide evenly.
+func testProfile() *model.Profile {
+	sizes := [][]int64{{1000, 7}, {33_333}, {250_001, 1}, {65_536}}
+	p := &model.Profile{Name: "test", BatchSize: 1, Device: "none", BytesPerParam: 4}
+	for l, ts := range sizes {
+		layer := model.Layer{Name: fmt.Sprintf("l%d", l)}
+		for i, n := range ts {
+			layer.Tensors = append(layer.Tensors, model.Tensor{Name: fmt.Sprintf("l%d.t%d", l, i), Params: n})
+		}
+		p.Layers = append(p.Layers, layer)
+	}
+	return p
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// runCluster runs every process of spec as goroutines on loopback and
+// returns the workers' summaries (or the first error).
+func runCluster(t *testing.T, spec Spec, verify worker.Verify) ([]*Summary, error) {
+	t.Helper()
+	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "test-token", PeerTimeout: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	sums := make([]*Summary, spec.Workers)
+	record := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil && firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	for m := 0; m < spec.Servers; m++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := RunServer(ctx, spec, m, n)
+			record(err)
+		}()
+	}
+	for r := 0; r < spec.Workers; r++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s, err := RunWorker(ctx, spec, WorkerOptions{Rank: r, Verify: verify}, n)
+			sums[r] = s
+			record(err)
+		}()
+	}
+	wg.Wait()
+	return sums, firstErr
+}
+
+// TestExactAggregation: every element of every sum equals the exact sum,
+// for parameter servers (1..4 servers, both answer modes) and all-reduce,
+// 1..8 workers, partitions from 4 KB to larger than the largest tensor.
+func TestExactAggregation(t *testing.T) {
+	p := testProfile()
+	type tc struct {
+		arch             worker.Arch
+		workers, servers int
+		partition        int64
+		pull             bool
+	}
+	var cases []tc
+	for _, part := range []int64{4_000, 100_000, 2_000_000} {
+		for _, w := range []int{1, 2, 3, 5, 8} {
+			cases = append(cases, tc{worker.AllReduce, w, 0, part, false})
+			for _, m := range []int{1, 2, 4} {
+				cases = append(cases, tc{worker.PS, w, m, part, m == 2})
+			}
+		}
+	}
+	if testing.Short() {
+		cases = cases[:8]
+	}
+	for _, c := range cases {
+		name := fmt.Sprintf("arch%d/w%d/s%d/part%d/pull%v", c.arch, c.workers, c.servers, c.partition, c.pull)
+		t.Run(name, func(t *testing.T) {
+			spec := Spec{Profile: p, Arch: c.arch, Workers: c.workers, Servers: c.servers, Iterations: 3, PullMode: c.pull,
+				ShardBytes: 64_000, Sched: sched.Config{PartitionBytes: c.partition, CreditBytes: 3 * c.partition, Order: sched.OrderPriority}}
+			sums, err := runCluster(t, spec, worker.VerifyFull)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want int64
+			for _, l := range p.Layers {
+				for _, ts := range l.Tensors {
+					want += ts.Params
+				}
+			}
+			for r, s := range sums {
+				if s.Checked < 3*want {
+					t.Errorf("worker %d checked %d elements, want every element of 3 iterations (%d)", r, s.Checked, 3*want)
+				}
+				if len(s.IterationTimesS) != 3 {
+					t.Errorf("worker %d reported %d iterations, want 3", r, len(s.IterationTimesS))
+				}
+			}
+		})
+	}
+}
+
+// TestFifoAndStrict: the unscheduled preset and the strict admission rule
+// also deliver exact sums.
+func TestFifoAndStrict(t *testing.T) {
+	for _, cfg := range []sched.Config{{}, {PartitionBytes: 50_000, CreditBytes: 120_000, Order: sched.OrderPriority, Admission: sched.AdmitStrict}} {
+		spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 3, Servers: 2, Iterations: 2, ShardBytes: 40_000, Sched: cfg}
+		if _, err := runCluster(t, spec, worker.VerifyFull); err != nil {
+			t.Fatalf("%+v: %v", cfg, err)
+		}
+	}
+}
+
+// TestDigestMismatch: a process started with other settings is refused at
+// rendezvous with an error that says so.
+func TestDigestMismatch(t *testing.T) {
+	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1}
+	other := spec
+	other.Iterations = 2
+	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "tok", PeerTimeout: 3 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	errs := make(chan error, 3)
+	go func() { _, err := RunServer(ctx, spec, 0, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, other, WorkerOptions{Rank: 1}, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 0}, n); errs <- err }()
+	var msgs []string
+	for range 3 {
+		if err := <-errs; err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
+		t.Fatalf("errors %q should report the configuration mismatch", msgs)
+	}
+}
+
+// TestWrongToken: a worker with another token never joins; the job fails
+// with a refusal instead of hanging.
+func TestWrongToken(t *testing.T) {
+	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1}
+	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "right", PeerTimeout: 3 * time.Second}
+	bad := n
+	bad.Token = "wrong"
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Second)
+	defer cancel()
+	go func() { _, _ = RunWorker(ctx, spec, WorkerOptions{Rank: 0}, n) }()
+	_, err := RunWorker(ctx, spec, WorkerOptions{Rank: 1}, bad)
+	if err == nil || !strings.Contains(err.Error(), "token") {
+		t.Fatalf("worker with a wrong token: %v, want a refusal naming the token", err)
+	}
+}
+
+func TestSpecErrors(t *testing.T) {
+	good := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1}
+	cases := []struct {
+		mut  func(*Spec)
+		want string
+	}{
+		{func(s *Spec) { s.Profile = nil }, "profile"},
+		{func(s *Spec) { s.Workers = 0 }, "got 0"},
+		{func(s *Spec) { s.Servers = 0 }, "got 0"},
+		{func(s *Spec) { s.Arch = worker.AllReduce }, "got 1"},
+		{func(s *Spec) { s.Iterations = -1 }, "got -1"},
+		{func(s *Spec) { s.ShardBytes = -5 }, "got -5"},
+	}
+	for _, c := range cases {
+		s := good
+		c.mut(&s)
+		if err := s.Validate(); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate() = %v, want an error naming %q", err, c.want)
+		}
+	}
+	if _, err := RunWorker(context.Background(), good, WorkerOptions{Rank: 5}, Net{}); err == nil || !strings.Contains(err.Error(), "rank 5") {
+		t.Errorf("rank out of range: %v", err)
+	}
+	if _, err := RunServer(context.Background(), good, 3, Net{}); err == nil || !strings.Contains(err.Error(), "index 3") {
+		t.Errorf("server index out of range: %v", err)
+	}
+}
