@@ -7,7 +7,10 @@
 // same order, each when its own gradient is ready. Frames for a piece this
 // rank has not started yet are buffered until it does, so ranks may see
 // readiness at different times, and several pieces may be in flight at
-// once, their frames interleaved on the wire in priority order.
+// once, their frames interleaved on the wire in priority order. Start never
+// blocks and the reader never waits for a Start (sends are queued by the
+// transport), so pieces complete as soon as every rank has started them;
+// starting them in the same order keeps the buffered frames few.
 //
 // Per piece of n elements and S ranks, the piece is cut into S near-equal
 // chunks of whole elements (the larger first; some are empty when n < S).

@@ -11,6 +11,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -69,4 +70,20 @@ func DecodeAnnounce(f transport.Frame) (sched.Piece, error) {
 		return sched.Piece{}, fmt.Errorf("cluster: bad piece announcement: piece %d of %d, %d bytes", p.Index, p.Count, p.Bytes)
 	}
 	return p, nil
+}
+
+// SayBye sends the orderly goodbye and waits until it was written (or the
+// connection failed, or timeout passed), so a Close right after it cannot
+// drop it.
+func SayBye(c *transport.Conn, rank int, timeout time.Duration) error {
+	done := make(chan error, 1)
+	if err := c.SendNotify(ByeFrame(rank), func(err error) { done <- err }); err != nil {
+		return err
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(timeout):
+		return fmt.Errorf("cluster: goodbye to %s not written within %v", c.Peer(), timeout)
+	}
 }

@@ -87,7 +87,7 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 		sum.BytesReceived += r
 	}
 	if err == nil {
-		_ = ctl.Send(cluster.ByeFrame(index))
+		err = cluster.SayBye(ctl, index, 5*time.Second)
 		for _, c := range conns {
 			_ = c.Close()
 		}

@@ -21,47 +21,124 @@ type WorkerOptions struct {
 	OnIteration func(k int, d time.Duration)
 }
 
-// RunWorker runs worker rank through the job and returns what it measured.
+// RunWorker runs worker rank through the job, replaying the profile's
+// compute, and returns what it measured.
 func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Summary, err error) {
 	start := time.Now()
 	sum = &Summary{Role: "worker", Rank: o.Rank}
-	if err := spec.Validate(); err != nil {
+	w, err := Connect(ctx, spec, o.Rank, n, nil)
+	if err != nil {
 		return sum, err
 	}
-	if o.Rank < 0 || o.Rank >= spec.Workers {
-		return sum, fmt.Errorf("job: rank %d out of range for %d workers", o.Rank, spec.Workers)
+	defer func() {
+		sum.BytesSent, sum.BytesReceived = w.Close(err)
+		sum.WallS = time.Since(start).Seconds()
+	}()
+	res, err := worker.Replay(w.ctx, w.Engine, spec.Profile, spec.Iterations, o.Verify, o.OnIteration)
+	if err != nil {
+		return sum, w.cause(err)
+	}
+	sum.IterationTimesS = stats.Intervals(res.ForwardEnds)
+	sum.IterationTimeS = stats.SteadyState(sum.IterationTimesS)
+	sum.Checked = res.Checked
+	return sum, nil
+}
+
+// Worker is a connected, running worker engine: the Go API's entry point.
+// Post gradients to Engine, wait on its layer gates, and Close when done.
+type Worker struct {
+	*worker.Engine
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	conns  []*transport.Conn
+	cfg    worker.Config
+	// ctlServers are rank 0's control connections to the servers.
+	ctlServers []*transport.Conn
+}
+
+// cause prefers the reason the job stopped (a lost peer) over the error a
+// caller saw as a consequence.
+func (w *Worker) cause(err error) error {
+	if c := context.Cause(w.ctx); c != nil && w.Engine.Err() == nil {
+		return c
+	}
+	if e := w.Engine.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+// Close ends the worker: with err == nil it says an orderly goodbye to
+// every peer first; otherwise it closes every connection with err as the
+// reason. It returns the bytes sent and received over all connections.
+func (w *Worker) Close(err error) (sent, received int64) {
+	if err == nil {
+		// Every goodbye is written before any connection closes.
+		var byes []*transport.Conn
+		byes = append(byes, w.cfg.Servers...)
+		byes = append(byes, w.cfg.Followers...)
+		byes = append(byes, w.ctlServers...)
+		if w.cfg.Leader != nil {
+			byes = append(byes, w.cfg.Leader)
+		}
+		for _, c := range byes {
+			if berr := cluster.SayBye(c, w.cfg.Rank, 5*time.Second); berr != nil {
+				err = berr
+			}
+		}
+	}
+	w.Engine.Stop(err)
+	for _, c := range w.conns {
+		s, r := c.Stats()
+		sent += s
+		received += r
+		if err != nil {
+			_ = c.CloseWithReason(err.Error())
+		} else {
+			_ = c.Close()
+		}
+	}
+	w.cancel(nil)
+	return sent, received
+}
+
+// Connect joins the job as worker rank: rendezvous, connections to the
+// servers or ring neighbours, and a started engine. onDone, if set, is
+// called when a tensor's sum is in place (see worker.Config.OnDone).
+func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor, iteration int)) (_ *Worker, err error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if rank < 0 || rank >= spec.Workers {
+		return nil, fmt.Errorf("job: rank %d out of range for %d workers", rank, spec.Workers)
 	}
 	tensors, err := worker.TensorsOf(spec.Profile)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
-	cfg, err := n.transport("worker", o.Rank)
+	cfg, err := n.transport("worker", rank)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
 	var conns []*transport.Conn
 	defer func() {
-		for _, c := range conns {
-			s, r := c.Stats()
-			sum.BytesSent += s
-			sum.BytesReceived += r
-			if err != nil {
+		if err != nil {
+			for _, c := range conns {
 				_ = c.CloseWithReason(err.Error())
-			} else {
-				_ = c.Close()
 			}
+			cancel(err)
 		}
-		sum.WallS = time.Since(start).Seconds()
 	}()
+	o := WorkerOptions{Rank: rank}
+	w := &Worker{ctx: ctx, cancel: cancel}
 
 	// A ring worker listens for its previous neighbour before registering.
 	var ringL *transport.Listener
 	self := cluster.Member{Role: "worker", Rank: o.Rank, Digest: spec.Digest()}
 	if spec.Arch == worker.AllReduce && spec.Workers > 1 {
 		if ringL, err = transport.Listen(listenAddr(n.Listen), cfg); err != nil {
-			return sum, fmt.Errorf("job: worker %d: %w", o.Rank, err)
+			return nil, fmt.Errorf("job: worker %d: %w", o.Rank, err)
 		}
 		defer ringL.Close()
 		_, port, _ := net.SplitHostPort(ringL.Addr().String())
@@ -74,29 +151,23 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 	if o.Rank == 0 {
 		l, err := transport.Listen(n.Master, cfg)
 		if err != nil {
-			return sum, fmt.Errorf("job: rank 0 cannot listen for the rendezvous at %s: %w", n.Master, err)
+			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous at %s: %w", n.Master, err)
 		}
 		var wctl, sctl []*transport.Conn
 		table, wctl, sctl, err = cluster.Coordinate(ctx, l, self, spec.Workers, spec.Servers)
 		l.Close()
 		if err != nil {
-			return sum, err
+			return nil, err
 		}
 		ecfg.Followers = wctl[1:]
 		conns = append(conns, wctl[1:]...)
 		conns = append(conns, sctl...)
-		defer func() {
-			if err == nil {
-				for _, c := range sctl {
-					_ = c.Send(cluster.ByeFrame(0))
-				}
-			}
-		}()
+		w.ctlServers = sctl
 	} else {
 		var ctl *transport.Conn
 		table, ctl, err = cluster.Join(ctx, n.Master, self, cfg)
 		if err != nil {
-			return sum, err
+			return nil, err
 		}
 		ecfg.Leader = ctl
 		conns = append(conns, ctl)
@@ -108,7 +179,7 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 		for m, srv := range table.Servers {
 			c, err := transport.Dial(ctx, srv.Addr, cfg)
 			if err != nil {
-				return sum, fmt.Errorf("job: worker %d: connecting to server %d: %w", o.Rank, m, err)
+				return nil, fmt.Errorf("job: worker %d: connecting to server %d: %w", o.Rank, m, err)
 			}
 			conns = append(conns, c)
 			ecfg.Servers = append(ecfg.Servers, c)
@@ -127,17 +198,17 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 			}()
 			nc, err := transport.Dial(ctx, next.Addr, cfg)
 			if err != nil {
-				return sum, fmt.Errorf("job: worker %d: connecting to next rank %d: %w", o.Rank, next.Rank, err)
+				return nil, fmt.Errorf("job: worker %d: connecting to next rank %d: %w", o.Rank, next.Rank, err)
 			}
 			conns = append(conns, nc)
 			a := <-got
 			if a.err != nil {
-				return sum, fmt.Errorf("job: worker %d: waiting for the previous rank: %w", o.Rank, a.err)
+				return nil, fmt.Errorf("job: worker %d: waiting for the previous rank: %w", o.Rank, a.err)
 			}
 			conns = append(conns, a.c)
 			ring, err = allreduce.New(allreduce.Options{Rank: o.Rank, Size: spec.Workers, Next: nc, Prev: a.c, Logger: n.Logger})
 			if err != nil {
-				return sum, err
+				return nil, err
 			}
 			ecfg.Ring = ring
 			go func() {
@@ -148,32 +219,12 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 		}
 	}
 
+	ecfg.OnDone = onDone
 	e, err := worker.New(ecfg)
 	if err != nil {
-		return sum, err
+		return nil, err
 	}
 	e.Start(ctx)
-	res, rerr := worker.Replay(ctx, e, spec.Profile, spec.Iterations, o.Verify, o.OnIteration)
-	if rerr != nil {
-		if cause := context.Cause(ctx); cause != nil && e.Err() == nil {
-			rerr = cause
-		}
-		e.Stop(rerr)
-		return sum, rerr
-	}
-	// An orderly goodbye to everyone this worker talks to.
-	for _, c := range ecfg.Servers {
-		_ = c.Send(cluster.ByeFrame(o.Rank))
-	}
-	if ecfg.Leader != nil {
-		_ = ecfg.Leader.Send(cluster.ByeFrame(o.Rank))
-	}
-	for _, c := range ecfg.Followers {
-		_ = c.Send(cluster.ByeFrame(0))
-	}
-	e.Stop(nil)
-	sum.IterationTimesS = stats.Intervals(res.ForwardEnds)
-	sum.IterationTimeS = stats.SteadyState(sum.IterationTimesS)
-	sum.Checked = res.Checked
-	return sum, nil
+	w.Engine, w.conns, w.cfg = e, conns, ecfg
+	return w, nil
 }

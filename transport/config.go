@@ -64,23 +64,23 @@ type Config struct {
 // withDefaults validates c and fills in defaults.
 func (c Config) withDefaults() (Config, error) {
 	if c.Token == "" {
-		return c, errors.New("Config.Token is empty: a shared cluster token is required")
+		return c, errors.New("config: Token is empty: a shared cluster token is required")
 	}
 	if c.Rank < 0 || int64(c.Rank) > math.MaxUint32 {
-		return c, fmt.Errorf("Config.Rank %d out of range [0, %d]", c.Rank, uint32(math.MaxUint32))
+		return c, fmt.Errorf("config: Rank %d out of range [0, %d]", c.Rank, uint32(math.MaxUint32))
 	}
 	if len(c.Role) > MaxRoleLen {
-		return c, fmt.Errorf("Config.Role %q is %d bytes, max %d", c.Role, len(c.Role), MaxRoleLen)
+		return c, fmt.Errorf("config: Role %q is %d bytes, max %d", c.Role, len(c.Role), MaxRoleLen)
 	}
 	if c.SendBuffer < 0 {
-		return c, fmt.Errorf("Config.SendBuffer %d is negative", c.SendBuffer)
+		return c, fmt.Errorf("config: SendBuffer %d is negative", c.SendBuffer)
 	}
 	for _, d := range []struct {
 		name string
 		v    time.Duration
 	}{{"HandshakeTimeout", c.HandshakeTimeout}, {"HeartbeatInterval", c.HeartbeatInterval}, {"PeerTimeout", c.PeerTimeout}} {
 		if d.v < 0 {
-			return c, fmt.Errorf("Config.%s %v is negative", d.name, d.v)
+			return c, fmt.Errorf("config: %s %v is negative", d.name, d.v)
 		}
 	}
 	for _, l := range []struct {
@@ -88,7 +88,7 @@ func (c Config) withDefaults() (Config, error) {
 		v    *rate.Limiter
 	}{{"Egress", c.Egress}, {"Ingress", c.Ingress}} {
 		if l.v != nil && l.v.Limit() != rate.Inf && l.v.Burst() <= 0 {
-			return c, fmt.Errorf("Config.%s limiter has burst %d at %v bytes/s: it would admit nothing", l.name, l.v.Burst(), float64(l.v.Limit()))
+			return c, fmt.Errorf("config: %s limiter has burst %d at %v bytes/s: it would admit nothing", l.name, l.v.Burst(), float64(l.v.Limit()))
 		}
 	}
 	if c.SendBuffer == 0 {

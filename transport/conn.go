@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -216,7 +217,7 @@ func (c *Conn) Close() error {
 // SendNotify callbacks before calling it.
 func (c *Conn) CloseWithReason(reason string) error {
 	if len(reason) > MaxCloseReason {
-		reason = reason[:MaxCloseReason]
+		reason = strings.ToValidUTF8(reason[:MaxCloseReason], "")
 	}
 	c.mu.Lock()
 	if c.err != nil || c.closeReason != nil {
@@ -379,7 +380,7 @@ func (c *Conn) RecvInto(buf []byte) (Frame, error) {
 		}
 		h, err := DecodeHeader(c.rhdr[:])
 		if err != nil {
-			return Frame{}, c.fail(fmt.Errorf("transport: bad frame from %s: %w", c.peer, err))
+			return Frame{}, c.fail(&badFrameError{peer: c.peer, err: err.(*HeaderError)})
 		}
 		switch h.Kind {
 		case KindHeartbeat:
@@ -451,6 +452,18 @@ func (c *Conn) partialErr(err error, before, total int) error {
 	}
 	return err
 }
+
+// badFrameError is a header from the peer that DecodeHeader rejected.
+type badFrameError struct {
+	peer string
+	err  *HeaderError
+}
+
+func (e *badFrameError) Error() string {
+	return fmt.Sprintf("transport: bad frame from %s: %s", e.peer, e.err.msg)
+}
+
+func (e *badFrameError) Unwrap() error { return e.err }
 
 type truncatedError struct {
 	peer      string

@@ -761,11 +761,11 @@ func TestConfigErrors(t *testing.T) {
 		mod  func(*Config)
 		want string
 	}{
-		{func(c *Config) { c.Token = "" }, "Config.Token is empty"},
+		{func(c *Config) { c.Token = "" }, "config: Token is empty"},
 		{func(c *Config) { c.Role = strings.Repeat("r", 33) }, "is 33 bytes, max 32"},
-		{func(c *Config) { c.Rank = -1 }, "Config.Rank -1 out of range"},
-		{func(c *Config) { c.PeerTimeout = -time.Second }, "Config.PeerTimeout -1s is negative"},
-		{func(c *Config) { c.Egress = rate.NewLimiter(100, 0) }, "Config.Egress limiter has burst 0"},
+		{func(c *Config) { c.Rank = -1 }, "config: Rank -1 out of range"},
+		{func(c *Config) { c.PeerTimeout = -time.Second }, "config: PeerTimeout -1s is negative"},
+		{func(c *Config) { c.Egress = rate.NewLimiter(100, 0) }, "config: Egress limiter has burst 0"},
 	} {
 		c := testConfig("worker", 1)
 		tc.mod(&c)
@@ -807,4 +807,46 @@ func TestErrorsNameThePeer(t *testing.T) {
 	if got := fmt.Sprint(c.Peer()); got != "rank 4 (10.0.0.1:9)" {
 		t.Fatalf("peer without role described as %q", got)
 	}
+}
+
+func TestLargePayloadAndRecvInto(t *testing.T) {
+	checkLeaks(t)
+	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
+	// Above eagerAlloc, the payload grows as it arrives.
+	big := make([]byte, eagerAlloc+eagerAlloc/2+3)
+	rand.Read(big)
+	small := []byte("0123456789")
+	for _, p := range [][]byte{big, small, small} {
+		if err := cli.Send(Frame{Header: Header{Kind: KindAggregate}, Payload: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := srv.Recv()
+	if err != nil || !bytes.Equal(f.Payload, big) {
+		t.Fatalf("large payload: %d bytes, %v", len(f.Payload), err)
+	}
+	buf := make([]byte, 64)
+	f, err = srv.RecvInto(buf)
+	if err != nil || string(f.Payload) != string(small) || &f.Payload[0] != &buf[0] {
+		t.Fatalf("RecvInto with room: %q, %v (reused buffer: %v)", f.Payload, err, err == nil && &f.Payload[0] == &buf[0])
+	}
+	f, err = srv.RecvInto(buf[:0:4])
+	if err != nil || string(f.Payload) != string(small) {
+		t.Fatalf("RecvInto without room: %q, %v", f.Payload, err)
+	}
+}
+
+func TestTruncatedLargePayloadCountsFromStart(t *testing.T) {
+	checkLeaks(t)
+	l := listen(t, testConfig("server", 0))
+	nc := rawClient(t, l.Addr().String(), testConfig("worker", 5))
+	srv := accept(t, l)
+	const want, sent = 20 << 20, 17 << 20
+	go func() {
+		nc.Write(Header{Kind: KindRing, Length: want}.Append(nil))
+		nc.Write(make([]byte, sent))
+		nc.Close()
+	}()
+	_, err := srv.Recv()
+	mustContain(t, err, fmt.Sprintf("got %d of %d payload bytes (ring frame", sent, want))
 }

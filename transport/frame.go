@@ -120,20 +120,34 @@ func (h Header) put(b []byte) {
 	le.PutUint64(b[40:], h.Offset)
 }
 
+// HeaderError is returned by DecodeHeader: Field ("buffer", "magic",
+// "version", "kind" or "length") is the offending field and Value its value.
+type HeaderError struct {
+	Field string
+	Value uint64
+	msg   string
+}
+
+func (e *HeaderError) Error() string { return "transport: " + e.msg }
+
+func headerErr(field string, v uint64, format string, args ...any) error {
+	return &HeaderError{Field: field, Value: v, msg: fmt.Sprintf(format, args...)}
+}
+
 // DecodeHeader decodes the first HeaderSize bytes of b. It rejects a short
 // buffer, a bad magic, an unsupported version, an unknown kind and a length
-// above MaxPayload, with an error naming the field and its value. It never
-// panics.
+// above MaxPayload with a *HeaderError naming the field and its value. It
+// never panics.
 func DecodeHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
-		return Header{}, fmt.Errorf("transport: short header buffer: %d bytes, need %d", len(b), HeaderSize)
+		return Header{}, headerErr("buffer", uint64(len(b)), "short header buffer: %d bytes, need %d", len(b), HeaderSize)
 	}
 	le := binary.LittleEndian
 	if m := le.Uint16(b[0:]); m != Magic {
-		return Header{}, fmt.Errorf("transport: bad header magic 0x%04x, want 0x%04x", m, Magic)
+		return Header{}, headerErr("magic", uint64(m), "bad header magic 0x%04x, want 0x%04x", m, Magic)
 	}
 	if v := b[2]; v != Version {
-		return Header{}, fmt.Errorf("transport: unsupported header version %d (this build speaks %d)", v, Version)
+		return Header{}, headerErr("version", uint64(v), "unsupported header version %d (this build speaks %d)", v, Version)
 	}
 	h := Header{
 		Kind:      Kind(b[3]),
@@ -148,10 +162,10 @@ func DecodeHeader(b []byte) (Header, error) {
 		Offset:    le.Uint64(b[40:]),
 	}
 	if !h.Kind.Valid() {
-		return Header{}, fmt.Errorf("transport: unknown header kind %d", uint8(h.Kind))
+		return Header{}, headerErr("kind", uint64(h.Kind), "unknown header kind %d", uint8(h.Kind))
 	}
 	if h.Length > MaxPayload {
-		return Header{}, fmt.Errorf("transport: header length %d exceeds MaxPayload %d", h.Length, MaxPayload)
+		return Header{}, headerErr("length", uint64(h.Length), "header length %d exceeds MaxPayload %d", h.Length, MaxPayload)
 	}
 	return h, nil
 }

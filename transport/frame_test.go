@@ -3,6 +3,7 @@ package transport
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"strings"
@@ -65,19 +66,21 @@ func TestDecodeHeaderRejectsEachBadField(t *testing.T) {
 		return b
 	}
 	cases := []struct {
-		name string
-		b    []byte
-		want string
+		name  string
+		b     []byte
+		field string
+		value uint64
+		want  string
 	}{
-		{"empty", nil, "short header buffer: 0 bytes, need 48"},
-		{"short", good[:HeaderSize-1], "short header buffer: 47 bytes, need 48"},
-		{"magic", mod(func(b []byte) { b[0], b[1] = 0xef, 0xbe }), "bad header magic 0xbeef"},
-		{"version", mod(func(b []byte) { b[2] = 2 }), "unsupported header version 2"},
-		{"kind 0", mod(func(b []byte) { b[3] = 0 }), "unknown header kind 0"},
-		{"kind 8", mod(func(b []byte) { b[3] = 8 }), "unknown header kind 8"},
-		{"kind 255", mod(func(b []byte) { b[3] = 255 }), "unknown header kind 255"},
-		{"length", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[28:], MaxPayload+1) }), "header length 1073741825 exceeds MaxPayload 1073741824"},
-		{"length max", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[28:], math.MaxUint32) }), "header length 4294967295 exceeds"},
+		{"empty", nil, "buffer", 0, "short header buffer: 0 bytes, need 48"},
+		{"short", good[:HeaderSize-1], "buffer", 47, "short header buffer: 47 bytes, need 48"},
+		{"magic", mod(func(b []byte) { b[0], b[1] = 0xef, 0xbe }), "magic", 0xbeef, "bad header magic 0xbeef"},
+		{"version", mod(func(b []byte) { b[2] = 2 }), "version", 2, "unsupported header version 2"},
+		{"kind 0", mod(func(b []byte) { b[3] = 0 }), "kind", 0, "unknown header kind 0"},
+		{"kind 8", mod(func(b []byte) { b[3] = 8 }), "kind", 8, "unknown header kind 8"},
+		{"kind 255", mod(func(b []byte) { b[3] = 255 }), "kind", 255, "unknown header kind 255"},
+		{"length", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[28:], MaxPayload+1) }), "length", MaxPayload + 1, "header length 1073741825 exceeds MaxPayload 1073741824"},
+		{"length max", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[28:], math.MaxUint32) }), "length", math.MaxUint32, "header length 4294967295 exceeds"},
 	}
 	for _, tc := range cases {
 		_, err := DecodeHeader(tc.b)
@@ -87,6 +90,10 @@ func TestDecodeHeaderRejectsEachBadField(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: error %q does not contain %q", tc.name, err, tc.want)
+		}
+		var he *HeaderError
+		if !errors.As(err, &he) || he.Field != tc.field || he.Value != tc.value {
+			t.Errorf("%s: error %#v, want a HeaderError with field %s value %d", tc.name, err, tc.field, tc.value)
 		}
 	}
 	// Extra bytes after the header are ignored.
