@@ -33,6 +33,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -211,6 +212,44 @@ func (r *Ring) Run(ctx context.Context) error {
 	return err
 }
 
+// goodbyeAux marks a KindControl frame as a ring neighbour's orderly
+// goodbye (the same subtype as cluster.CtlBye).
+const goodbyeAux = 4
+
+func isGoodbye(f transport.Frame) bool {
+	return f.Kind == transport.KindControl && f.Aux == goodbyeAux
+}
+
+// Goodbye tells both neighbours that this rank finished every piece it will
+// ever start, and waits until the goodbyes are written. They go out last
+// (lowest priority), after every ring frame still queued, so a neighbour
+// that receives one has everything it needs from this rank and stops
+// reading; closing the connections afterwards is then no failure.
+func (r *Ring) Goodbye(timeout time.Duration) error {
+	if r.size == 1 {
+		return nil
+	}
+	done := make(chan error, 2)
+	for _, c := range []*transport.Conn{r.next, r.prev} {
+		f := transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: goodbyeAux, Priority: math.MaxUint64}}
+		if err := c.SendNotify(f, func(err error) { done <- err }); err != nil {
+			return fmt.Errorf("allreduce: rank %d: goodbye to %s: %w", r.rank, c.Peer(), err)
+		}
+	}
+	deadline := time.After(timeout)
+	for range 2 {
+		select {
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("allreduce: rank %d: goodbye: %w", r.rank, err)
+			}
+		case <-deadline:
+			return fmt.Errorf("allreduce: rank %d: goodbyes not written within %v", r.rank, timeout)
+		}
+	}
+	return nil
+}
+
 // readPrev receives ring frames from the previous rank until an error.
 func (r *Ring) readPrev() {
 	for {
@@ -218,6 +257,9 @@ func (r *Ring) readPrev() {
 		if err != nil {
 			r.fail(fmt.Errorf("allreduce: rank %d: lost previous rank %d: %w", r.rank, r.prevRank, err))
 			return
+		}
+		if isGoodbye(f) {
+			return // the previous rank finished; it sends nothing more
 		}
 		if err := r.receive(f); err != nil {
 			r.fail(err)
@@ -231,6 +273,9 @@ func (r *Ring) readPrev() {
 // noticed even when nothing is being sent to it.
 func (r *Ring) watchNext() {
 	f, err := r.next.Recv()
+	if err == nil && isGoodbye(f) {
+		return // the next rank finished and needs nothing more from us
+	}
 	if err == nil {
 		err = fmt.Errorf("allreduce: rank %d: next rank %d sent an unexpected %v frame (iteration %d, key %d, piece %d, aux %d) on the ring's forward connection",
 			r.rank, r.nextRank, f.Kind, f.Iteration, f.Key, f.Piece, f.Aux)

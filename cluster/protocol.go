@@ -11,6 +11,7 @@ package cluster
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/autobyte/autobyte/sched"
@@ -33,9 +34,10 @@ const (
 	CtlGo uint32 = 6
 )
 
-// ByeFrame is the orderly goodbye.
+// ByeFrame is the orderly goodbye. It has the lowest priority, so it goes
+// out after every frame still queued on the connection.
 func ByeFrame(rank int) transport.Frame {
-	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlBye, Rank: uint32(rank)}}
+	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlBye, Rank: uint32(rank), Priority: math.MaxUint64}}
 }
 
 // IsBye reports whether f is an orderly goodbye.

@@ -54,6 +54,7 @@ type Worker struct {
 	cfg    worker.Config
 	// ctlServers are rank 0's control connections to the servers.
 	ctlServers []*transport.Conn
+	ring       *allreduce.Ring
 }
 
 // cause prefers the reason the job stopped (a lost peer) over the error a
@@ -83,6 +84,11 @@ func (w *Worker) Close(err error) (sent, received int64) {
 		}
 		for _, c := range byes {
 			if berr := cluster.SayBye(c, w.cfg.Rank, 5*time.Second); berr != nil {
+				err = berr
+			}
+		}
+		if w.ring != nil {
+			if berr := w.ring.Goodbye(5 * time.Second); berr != nil {
 				err = berr
 			}
 		}
@@ -225,6 +231,6 @@ func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor
 		return nil, err
 	}
 	e.Start(ctx)
-	w.Engine, w.conns, w.cfg = e, conns, ecfg
+	w.Engine, w.conns, w.cfg, w.ring = e, conns, ecfg, ring
 	return w, nil
 }
