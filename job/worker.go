@@ -19,6 +19,8 @@ type WorkerOptions struct {
 	Verify worker.Verify
 	// OnIteration, if set, is called after each iteration (progress).
 	OnIteration func(k int, d time.Duration)
+	// Observer, if set, records timelines and metrics.
+	Observer worker.Observer
 }
 
 // RunWorker runs worker rank through the job, replaying the profile's
@@ -26,7 +28,7 @@ type WorkerOptions struct {
 func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Summary, err error) {
 	start := time.Now()
 	sum = &Summary{Role: "worker", Rank: o.Rank}
-	w, err := Connect(ctx, spec, o.Rank, n, nil)
+	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: o.Observer})
 	if err != nil {
 		return sum, err
 	}
@@ -111,7 +113,18 @@ func (w *Worker) Close(err error) (sent, received int64) {
 // Connect joins the job as worker rank: rendezvous, connections to the
 // servers or ring neighbours, and a started engine. onDone, if set, is
 // called when a tensor's sum is in place (see worker.Config.OnDone).
-func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor, iteration int)) (_ *Worker, err error) {
+func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor, iteration int)) (*Worker, error) {
+	return ConnectWith(ctx, spec, rank, n, ConnectOptions{OnDone: onDone})
+}
+
+// ConnectOptions are optional hooks of a worker engine.
+type ConnectOptions struct {
+	OnDone   func(tensor, iteration int)
+	Observer worker.Observer
+}
+
+// ConnectWith is Connect with every option.
+func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOptions) (_ *Worker, err error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -225,7 +238,7 @@ func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor
 		}
 	}
 
-	ecfg.OnDone = onDone
+	ecfg.OnDone, ecfg.Observer = co.OnDone, co.Observer
 	e, err := worker.New(ecfg)
 	if err != nil {
 		return nil, err

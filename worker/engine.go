@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/autobyte/autobyte/placement"
 	"github.com/autobyte/autobyte/sched"
@@ -68,7 +69,25 @@ type Config struct {
 	// OnDone is called, on the engine's goroutine, when a tensor's sum is in
 	// place in the slice given to Post. It must not block for long.
 	OnDone func(tensor, iteration int)
-	Logger *slog.Logger
+	// Observer, if set, is told about every piece (and, by Replay, every
+	// compute step and iteration): timelines and metrics.
+	Observer Observer
+	Logger   *slog.Logger
+}
+
+// Observer receives what a worker does, for timelines and metrics. Its
+// methods are called from the engine's and the replay's goroutines.
+type Observer interface {
+	PieceStarted(p sched.Piece, posted, started time.Time, inflightBytes int64)
+	PieceDone(p sched.Piece, started, done time.Time, inflightBytes int64)
+	Compute(name string, iteration int, start, end time.Time)
+	Iteration(k int, d time.Duration)
+}
+
+// startedPiece is an in-flight piece as the observer needs it.
+type startedPiece struct {
+	piece sched.Piece
+	at    time.Time
 }
 
 // Engine runs one worker's communication. Create with New, then Start.
@@ -91,7 +110,9 @@ type Engine struct {
 	shardsLeft map[sched.PieceID]int
 	layerLeft  map[int][]int // iteration -> tensors left per layer
 	seq        uint64
-	posted     int64 // pieces posted, for FIFO priority
+	// postedAt and started feed the observer (only when there is one).
+	postedAt map[taskKey]time.Time
+	started  map[sched.PieceID]startedPiece
 
 	gateMu sync.Mutex
 	gate   *sync.Cond
@@ -103,6 +124,7 @@ type core interface {
 	Post(sched.Task) error
 	Next() (sched.Piece, bool)
 	Done(sched.PieceID) (bool, error)
+	InFlightBytes() int64
 }
 
 type taskKey struct{ iter, tensor int }
@@ -150,7 +172,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, events: make(chan event, 1024), grads: map[taskKey][]float32{},
 		plans: map[int64]*placement.Plan{}, epochPart: []int64{cfg.Sched.PartitionBytes},
-		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}}
+		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{},
+		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]startedPiece{}}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -296,6 +319,9 @@ func (e *Engine) handle(ev event) error {
 		e.gradsMu.Lock()
 		e.grads[ev.task] = ev.grad
 		e.gradsMu.Unlock()
+		if e.cfg.Observer != nil {
+			e.postedAt[ev.task] = time.Now()
+		}
 		left, ok := e.layerLeft[ev.task.iter]
 		if !ok {
 			left = make([]int, len(e.synced))
@@ -325,10 +351,21 @@ func (e *Engine) handle(ev event) error {
 
 func (e *Engine) pieceDone(id sched.PieceID) error {
 	taskDone, err := e.core.Done(id)
-	if err != nil || !taskDone {
+	if err != nil {
 		return err
 	}
 	k := taskKey{iter: id.Iteration, tensor: id.Tensor}
+	if obs := e.cfg.Observer; obs != nil {
+		sp := e.started[id]
+		delete(e.started, id)
+		obs.PieceDone(sp.piece, sp.at, time.Now(), e.core.InFlightBytes())
+		if taskDone {
+			delete(e.postedAt, k)
+		}
+	}
+	if !taskDone {
+		return nil
+	}
 	e.gradsMu.Lock()
 	delete(e.grads, k)
 	e.gradsMu.Unlock()
@@ -378,10 +415,16 @@ func (e *Engine) dispatch() error {
 				}
 			}
 		}
+		k := taskKey{iter: p.Iteration, tensor: p.Tensor}
 		e.gradsMu.RLock()
-		grad := e.grads[taskKey{iter: p.Iteration, tensor: p.Tensor}]
+		grad := e.grads[k]
 		e.gradsMu.RUnlock()
 		prio := e.priority(p)
+		if obs := e.cfg.Observer; obs != nil {
+			now := time.Now()
+			e.started[p.PieceID] = startedPiece{piece: p, at: now}
+			obs.PieceStarted(p, e.postedAt[k], now, e.core.InFlightBytes())
+		}
 		if e.cfg.Arch == AllReduce {
 			data := grad[p.Offset/4 : (p.Offset+p.Bytes)/4]
 			if e.cfg.Workers == 1 {

@@ -108,15 +108,20 @@ func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, ve
 	// deadline-based sleeps: an overslept layer shortens the next one, so
 	// timer slack does not accumulate over many short layers.
 	var due time.Time
-	compute := func(d float64) error {
+	obs := e.cfg.Observer
+	compute := func(name string, it int, d float64) error {
 		if t := time.Now(); due.Before(t) {
 			due = t
 		}
 		due = due.Add(time.Duration(d * float64(time.Second)))
 		timer := time.NewTimer(time.Until(due))
 		defer timer.Stop()
+		start := time.Now()
 		select {
 		case <-timer.C:
+			if obs != nil {
+				obs.Compute(name, it, start, time.Now())
+			}
 			return nil
 		case <-ctx.Done():
 			return context.Cause(ctx)
@@ -134,20 +139,26 @@ func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, ve
 					}
 				}
 			}
-			if err := compute(layer.ForwardS); err != nil {
+			if err := compute("FW "+layer.Name, it, layer.ForwardS); err != nil {
 				return nil, err
 			}
 		}
 		res.ForwardEnds = append(res.ForwardEnds, now())
-		if it > 0 && onIteration != nil {
+		if it > 0 {
 			n := len(res.ForwardEnds)
-			onIteration(it-1, time.Duration((res.ForwardEnds[n-1]-res.ForwardEnds[n-2])*float64(time.Second)))
+			d := time.Duration((res.ForwardEnds[n-1] - res.ForwardEnds[n-2]) * float64(time.Second))
+			if onIteration != nil {
+				onIteration(it-1, d)
+			}
+			if obs != nil {
+				obs.Iteration(it-1, d)
+			}
 		}
 		if it == iterations {
 			break
 		}
 		for l := len(p.Layers) - 1; l >= 0; l-- {
-			if err := compute(p.Layers[l].BackwardS); err != nil {
+			if err := compute("BW "+p.Layers[l].Name, it, p.Layers[l].BackwardS); err != nil {
 				return nil, err
 			}
 			for _, t := range byLayer[l] {

@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,7 +34,8 @@ func newLaunchCmd() *cobra.Command {
 	var asJSON bool
 	var verify, logLevel string
 	var peerTimeout time.Duration
-	var bedName string
+	var bedName, traceDir string
+	var metricsPort int
 	cmd := &cobra.Command{
 		Use:   "launch",
 		Short: "Start a whole local cluster (servers and workers as separate processes on loopback) and run a job",
@@ -59,7 +61,15 @@ the failed process's error.`,
 			ctx, stop := signalContext()
 			defer stop()
 			lc := launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
-				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()}
+				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(), traceDir: traceDir, metricsPort: metricsPort}
+			if traceDir != "" {
+				if err := os.MkdirAll(traceDir, 0o755); err != nil {
+					return fmt.Errorf("--trace: %w", err)
+				}
+			}
+			if metricsPort < 0 || metricsPort > 65535-spec.Workers {
+				return fmt.Errorf("--metrics-port %d out of range", metricsPort)
+			}
 			if bedName != "" {
 				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps)
 				if err != nil {
@@ -85,6 +95,8 @@ the failed process's error.`,
 	cmd.Flags().StringVar(&verify, "verify", "sample", "workers check sums against exact values: none, sample or full")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "children's log level")
 	cmd.Flags().DurationVar(&peerTimeout, "peer-timeout", 5*time.Second, "a silent peer fails the job after this long")
+	cmd.Flags().StringVar(&traceDir, "trace", "", "write each worker's Chrome-trace timeline to DIR/rank-N.json")
+	cmd.Flags().IntVar(&metricsPort, "metrics-port", 0, "serve worker r's Prometheus metrics on port PORT+r (0 = off)")
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
 	return cmd
 }
@@ -124,7 +136,9 @@ type launchConfig struct {
 	progress         io.Writer
 	// bed, if set, runs every process in its own testbed host: servers in
 	// hosts 0..M-1, workers in M..M+N-1.
-	bed *testbed.Testbed
+	bed         *testbed.Testbed
+	traceDir    string
+	metricsPort int
 }
 
 // launchResult is what the processes reported.
@@ -209,7 +223,14 @@ func launchLocal(ctx context.Context, cmd *cobra.Command, spec job.Spec, lc laun
 		add(fmt.Sprintf("server %d", m), m, "server", "--index="+strconv.Itoa(m))
 	}
 	for r := 0; r < spec.Workers; r++ {
-		add(fmt.Sprintf("worker %d", r), spec.Servers+r, "worker", "--rank="+strconv.Itoa(r), "--verify="+lc.verify)
+		args := []string{"worker", "--rank=" + strconv.Itoa(r), "--verify=" + lc.verify}
+		if lc.traceDir != "" {
+			args = append(args, "--trace="+filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", r)))
+		}
+		if lc.metricsPort > 0 {
+			args = append(args, "--metrics-addr=:"+strconv.Itoa(lc.metricsPort+r))
+		}
+		add(fmt.Sprintf("worker %d", r), spec.Servers+r, args...)
 	}
 	start := time.Now()
 	failed := make(chan *child, len(children))

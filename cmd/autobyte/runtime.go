@@ -16,6 +16,7 @@ import (
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/observe"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
@@ -134,7 +135,7 @@ func newWorkerCmd() *cobra.Command {
 	var f scenarioFlags
 	var n netFlags
 	var rank int
-	var verify string
+	var verify, traceFile, metricsAddr string
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker of a job: replays a model's compute and communicates its gradients for real",
@@ -175,7 +176,29 @@ $WORLD_SIZE.`,
 					fmt.Fprintf(cmd.ErrOrStderr(), "iteration %d/%d: %s\n", k+1, spec.Iterations, units.FormatSeconds(d.Seconds()))
 				}
 			}
-			s, err := job.RunWorker(ctx, spec, job.WorkerOptions{Rank: rank, Verify: v, OnIteration: progress}, jn)
+			var metrics *observe.Metrics
+			if metricsAddr != "" {
+				metrics = observe.NewMetrics("worker", rank)
+				if _, err := metrics.Serve(ctx, metricsAddr); err != nil {
+					return err
+				}
+			}
+			var obs *observe.Observer
+			if traceFile != "" || metrics != nil {
+				if obs, err = observe.New(traceFile, rank, metrics); err != nil {
+					return err
+				}
+			}
+			wo := job.WorkerOptions{Rank: rank, Verify: v, OnIteration: progress}
+			if obs != nil {
+				wo.Observer = obs
+			}
+			s, err := job.RunWorker(ctx, spec, wo, jn)
+			if obs != nil {
+				if cerr := obs.Close(); cerr != nil && err == nil {
+					err = fmt.Errorf("--trace %s: %w", traceFile, cerr)
+				}
+			}
 			return printSummary(cmd, s, err)
 		},
 	}
@@ -183,6 +206,8 @@ $WORLD_SIZE.`,
 	n.register(cmd)
 	cmd.Flags().IntVar(&rank, "rank", 0, "this worker's rank (default: $RANK)")
 	cmd.Flags().StringVar(&verify, "verify", "sample", "check sums against exact values: none, sample or full")
+	cmd.Flags().StringVar(&traceFile, "trace", "", "write this worker's Chrome-trace timeline to FILE")
+	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100)")
 	return cmd
 }
 
