@@ -57,6 +57,7 @@ type Worker struct {
 	// ctlServers are rank 0's control connections to the servers.
 	ctlServers []*transport.Conn
 	ring       *allreduce.Ring
+	ringDone   chan struct{} // closed when the ring's Run returned
 }
 
 // cause prefers the reason the job stopped (a lost peer) over the error a
@@ -96,6 +97,12 @@ func (w *Worker) Close(err error) (sent, received int64) {
 		}
 	}
 	w.Engine.Stop(err)
+	if w.ringDone != nil {
+		// Stop the ring before closing its connections, so it does not
+		// mistake our own close for a lost neighbour.
+		w.cancel(err)
+		<-w.ringDone
+	}
 	for _, c := range w.conns {
 		s, r := c.Stats()
 		sent += s
@@ -230,7 +237,9 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 				return nil, err
 			}
 			ecfg.Ring = ring
+			w.ringDone = make(chan struct{})
 			go func() {
+				defer close(w.ringDone)
 				if err := ring.Run(ctx); err != nil && ctx.Err() == nil {
 					cancel(err)
 				}

@@ -78,7 +78,7 @@ the failed process's error.`,
 				defer cleanup()
 				lc.bed, lc.shaped = bed, 0
 			}
-			res, err := launchLocal(ctx, cmd, spec, lc)
+			res, err := launchLocal(ctx, scenarioArgs(cmd), spec, lc)
 			if err != nil {
 				return err
 			}
@@ -181,7 +181,7 @@ type child struct {
 }
 
 // launchLocal runs the job as child processes on loopback.
-func launchLocal(ctx context.Context, cmd *cobra.Command, spec job.Spec, lc launchConfig) (*launchResult, error) {
+func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc launchConfig) (*launchResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("launch: cannot find this program to start children: %w", err)
@@ -190,7 +190,7 @@ func launchLocal(ctx context.Context, cmd *cobra.Command, spec job.Spec, lc laun
 	if _, err := rand.Read(tok); err != nil {
 		return nil, err
 	}
-	common := append(scenarioArgs(cmd), "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
+	common := append(childArgs, "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
 	master, listen := "", func(int) string { return "127.0.0.1:0" }
 	if lc.bed != nil {
 		// The testbed shapes the links; processes must not shape again.

@@ -11,6 +11,17 @@ import (
 	"testing"
 )
 
+// TestMain lets this test binary stand in for the autobyte binary when a
+// command under test (launch, demo) starts itself as child processes.
+func TestMain(m *testing.M) {
+	if os.Getenv("AUTOBYTE_TEST_AS_CLI") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Setenv("AUTOBYTE_TEST_AS_CLI", "1")
+	os.Exit(m.Run())
+}
+
 // run executes the CLI in-process and returns stdout and the error.
 func run(t *testing.T, args ...string) (string, error) {
 	t.Helper()
@@ -151,13 +162,8 @@ func TestBadInput(t *testing.T) {
 // TestExitCode runs the real main in a child process: bad input exits
 // non-zero with one "autobyte: ..." line on stderr and no stack trace.
 func TestExitCode(t *testing.T) {
-	if os.Getenv("AUTOBYTE_RUN_MAIN") == "1" {
-		os.Args = append([]string{"autobyte"}, strings.Fields(os.Getenv("AUTOBYTE_ARGS"))...)
-		main()
-		os.Exit(0)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^TestExitCode$")
-	cmd.Env = append(os.Environ(), "AUTOBYTE_RUN_MAIN=1", "AUTOBYTE_ARGS=sim --model toy3 --bandwidth 5furlongs")
+	cmd := exec.Command(os.Args[0], "sim", "--model", "toy3", "--bandwidth", "5furlongs")
+	cmd.Env = append(os.Environ(), "AUTOBYTE_TEST_AS_CLI=1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	err := cmd.Run()
@@ -180,11 +186,13 @@ func TestModelsAndDemo(t *testing.T) {
 			t.Errorf("models output lacks %q:\n%s", want, out)
 		}
 	}
-	out, err = run(t, "demo")
+	// The demo spawns this test binary as its servers and workers (see
+	// TestMain); a small model keeps it quick.
+	out, err = run(t, "demo", "--model", "toy3", "--compute-scale", "0.001", "--iterations", "3", "--bandwidth", "1GB/s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fifo", "priority", "bytescheduler", "speedup"} {
+	for _, want := range []string{"fifo", "bytescheduler", "measured", "simulated", "speedup", "true"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}

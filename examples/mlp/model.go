@@ -114,12 +114,12 @@ func (d *Dataset) Len() int { return len(d.Y) }
 
 // MakeData draws the training and test sets: Classes Gaussian blobs in
 // Inputs dimensions (unit noise around centres drawn with standard
-// deviation 0.5 per coordinate), seeded by c.Seed.
+// deviation 0.8 per coordinate), seeded by c.Seed.
 func MakeData(c Config) (train, test *Dataset) {
 	rng := rand.New(rand.NewPCG(c.Seed, 0xda7a))
 	centres := make([]float32, c.Classes*c.Inputs)
 	for i := range centres {
-		centres[i] = float32(0.5 * rng.NormFloat64())
+		centres[i] = float32(0.8 * rng.NormFloat64())
 	}
 	draw := func(n int) *Dataset {
 		d := &Dataset{X: make([]float32, n*c.Inputs), Y: make([]int, n), Inputs: c.Inputs}
