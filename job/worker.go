@@ -175,9 +175,15 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 		Sched: spec.Sched, ShardBytes: spec.ShardBytes, PullMode: spec.PullMode, Logger: n.Logger}
 	var table *cluster.Table
 	if o.Rank == 0 {
-		l, err := transport.Listen(n.Master, cfg)
+		// Listen on every interface at the master port: MASTER_ADDR is how
+		// the others reach rank 0, which may be a name or an outside address.
+		_, port, err := net.SplitHostPort(n.Master)
 		if err != nil {
-			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous at %s: %w", n.Master, err)
+			return nil, fmt.Errorf("job: master address %q: %w", n.Master, err)
+		}
+		l, err := transport.Listen(net.JoinHostPort("", port), cfg)
+		if err != nil {
+			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous on port %s (master %s): %w", port, n.Master, err)
 		}
 		var wctl, sctl []*transport.Conn
 		table, wctl, sctl, err = cluster.Coordinate(ctx, l, self, spec.Workers, spec.Servers)

@@ -81,7 +81,7 @@ func (f *scenarioFlags) spec(cmd *cobra.Command) (job.Spec, sim.Options, error) 
 		arch = worker.AllReduce
 	}
 	return job.Spec{Profile: o.Profile, Arch: arch, Workers: o.Workers, Servers: o.Servers, Sched: o.Sched,
-		ShardBytes: o.ShardBytes, Iterations: o.Iterations}, o, nil
+		ShardBytes: o.ShardBytes, Iterations: o.Iterations, PullMode: f.pull}, o, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

@@ -35,6 +35,7 @@ type scenarioFlags struct {
 	scheduler, admission string
 	partition, credit    string
 	shard                string
+	pull                 bool
 	iterations           int
 	jitter               float64
 	seed                 uint64
@@ -55,6 +56,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
+	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
 	fs.Float64Var(&f.jitter, "jitter", 0, "slow each compute step by a random factor in [1, 1+jitter)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed (for --jitter)")
