@@ -48,8 +48,9 @@ type accum struct {
 	sum    []float32
 	pushes int
 	hdr    transport.Header
-	// result is the encoded sum, set once every worker pushed.
-	result []byte
+	// result is the encoded sum once complete (the first push's buffer).
+	result   []byte
+	complete bool
 	// waiting are the workers whose answer is due once result is set.
 	waiting []*transport.Conn
 	// answered counts the answers sent; the piece is forgotten at Workers.
@@ -168,9 +169,11 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 	n := int(f.Length / 4)
 	switch {
 	case a.pushes == 0:
-		a.sum = make([]float32, n)
+		a.sum = getSum(n)
 		transport.Float32s(a.sum, f.Payload)
 		a.hdr = f.Header
+		// The first push's buffer will carry the encoded sum back.
+		a.result = f.Payload
 	case len(a.sum) != n || a.hdr.Offset != f.Offset:
 		return fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
 			c.PeerRank(), f.Key, f.Piece, f.Aux, f.Iteration, f.Length, f.Offset, 4*len(a.sum), a.hdr.Offset)
@@ -186,9 +189,10 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 		a.waiting = append(a.waiting, c)
 	}
 	if a.pushes == s.o.Workers {
-		a.result = make([]byte, 4*len(a.sum))
 		transport.PutFloat32s(a.result, a.sum)
+		putSum(a.sum)
 		a.sum = nil
+		a.complete = true
 		s.answer(a)
 	}
 	s.statsMu.Lock()
@@ -202,7 +206,7 @@ func (s *Server) pull(c *transport.Conn, h transport.Header) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.waiting = append(a.waiting, c)
-	if a.result != nil {
+	if a.complete {
 		s.answer(a)
 	}
 }
@@ -227,6 +231,20 @@ func (s *Server) answer(a *accum) {
 		s.statsMu.Unlock()
 	}
 }
+
+// sums recycles accumulators: a job sums the same piece sizes every
+// iteration, and allocating (and zeroing) megabytes per piece costs more
+// than the sum itself.
+var sums sync.Pool
+
+func getSum(n int) []float32 {
+	if p, ok := sums.Get().(*[]float32); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]float32, n)
+}
+
+func putSum(s []float32) { sums.Put(&s) }
 
 // Stats returns the pieces fully answered and the payload bytes received.
 func (s *Server) Stats() (pieces, bytesIn int64) {
