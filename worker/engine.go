@@ -492,13 +492,19 @@ func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
 // readServer decodes sums from one server into the gradients in place.
 func (e *Engine) readServer(idx int, c *transport.Conn) {
 	defer e.wg.Done()
+	// Sums are decoded into the gradients before the next receive, so one
+	// buffer serves every frame.
+	var buf []byte
 	for {
-		f, err := c.Recv()
+		f, err := c.RecvInto(buf)
 		if err != nil {
 			if e.ctx.Err() == nil {
 				e.fail(fmt.Errorf("worker %d: lost parameter server %d: %w", e.cfg.Rank, idx, err))
 			}
 			return
+		}
+		if cap(f.Payload) > cap(buf) {
+			buf = f.Payload[:cap(f.Payload)]
 		}
 		if f.Kind != transport.KindAggregate {
 			e.fail(fmt.Errorf("worker %d: server %d sent an unexpected %v frame", e.cfg.Rank, idx, f.Kind))
