@@ -1,0 +1,103 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/transport"
+)
+
+func TestAnnounceRoundTrip(t *testing.T) {
+	p := sched.Piece{PieceID: sched.PieceID{Iteration: 7, Tensor: 12, Index: 3}, Layer: 4, Count: 5, Offset: 400, Bytes: 96, Epoch: 2}
+	got, err := DecodeAnnounce(AnnounceFrame(p))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PieceID != p.PieceID || got.Layer != p.Layer || got.Count != p.Count || got.Offset != p.Offset || got.Bytes != p.Bytes || got.Epoch != p.Epoch {
+		t.Errorf("round trip: got %+v, want %+v", got, p)
+	}
+	bad := AnnounceFrame(p)
+	bad.Payload = bad.Payload[:8]
+	if _, err := DecodeAnnounce(bad); err == nil || !strings.Contains(err.Error(), "8 payload bytes") {
+		t.Errorf("short announcement: %v", err)
+	}
+	p.Index = 9 // index >= count
+	if _, err := DecodeAnnounce(AnnounceFrame(p)); err == nil || !strings.Contains(err.Error(), "piece 9 of 5") {
+		t.Errorf("index beyond count: %v", err)
+	}
+	if !IsBye(ByeFrame(3)) || IsBye(AnnounceFrame(p)) {
+		t.Error("IsBye misclassifies frames")
+	}
+}
+
+func TestFromEnv(t *testing.T) {
+	t.Setenv("MASTER_ADDR", "10.0.0.1")
+	t.Setenv("MASTER_PORT", "29500")
+	t.Setenv("RANK", "3")
+	t.Setenv("WORLD_SIZE", "8")
+	e, err := FromEnv(Env{})
+	if err != nil || e != (Env{MasterAddr: "10.0.0.1", MasterPort: 29500, Rank: 3, WorldSize: 8}) {
+		t.Fatalf("FromEnv = %+v, %v", e, err)
+	}
+	t.Setenv("RANK", "three")
+	if _, err := FromEnv(Env{}); err == nil || !strings.Contains(err.Error(), `RANK="three"`) {
+		t.Errorf("bad RANK: %v", err)
+	}
+}
+
+// TestRendezvous: members register, the table reaches everyone with the
+// coordinator's view of their hosts, and bad registrations are refused.
+func TestRendezvous(t *testing.T) {
+	cfg := func(role string, rank int) transport.Config {
+		return transport.Config{Token: "t", Role: role, Rank: rank, PeerTimeout: 3 * time.Second}
+	}
+	run := func(t *testing.T, members []Member, workers, servers int) (*Table, []error) {
+		t.Helper()
+		l, err := transport.Listen("127.0.0.1:0", cfg("worker", 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		errs := make(chan error, len(members))
+		for _, m := range members {
+			go func() {
+				_, c, err := Join(ctx, l.Addr().String(), m, cfg(m.Role, m.Rank))
+				if c != nil {
+					defer c.Close()
+				}
+				errs <- err
+			}()
+		}
+		table, _, _, cerr := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, workers, servers)
+		var out []error
+		out = append(out, cerr)
+		for range members {
+			out = append(out, <-errs)
+		}
+		return table, out
+	}
+	table, errs := run(t, []Member{{Role: "worker", Rank: 1, Addr: ":7001", Digest: "d"}, {Role: "server", Rank: 0, Addr: ":7000", Digest: "d"}}, 2, 1)
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if table.Servers[0].Addr != "127.0.0.1:7000" || table.Workers[1].Addr != "127.0.0.1:7001" {
+		b, _ := json.Marshal(table)
+		t.Errorf("table %s: addresses should carry the host the coordinator saw", b)
+	}
+	_, errs = run(t, []Member{{Role: "worker", Rank: 1, Digest: "other"}}, 2, 0)
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "different job configuration") {
+		t.Errorf("digest mismatch: %v", errs[0])
+	}
+	_, errs = run(t, []Member{{Role: "worker", Rank: 5, Digest: "d"}}, 2, 0)
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "worker 5") {
+		t.Errorf("rank outside the job: %v", errs[0])
+	}
+}
