@@ -10,6 +10,7 @@ package job
 
 import (
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -89,11 +90,13 @@ type Net struct {
 	BandwidthBps float64
 	// PeerTimeout bounds how long a silent peer is tolerated (default 5 s).
 	PeerTimeout time.Duration
-	Logger      *slog.Logger
+	// TLS, if set, wraps every connection in (mutual) TLS.
+	TLS    *tls.Config
+	Logger *slog.Logger
 }
 
 func (n Net) transport(role string, rank int) (transport.Config, error) {
-	cfg := transport.Config{Token: n.Token, Rank: rank, Role: role, PeerTimeout: n.PeerTimeout, Logger: n.Logger}
+	cfg := transport.Config{Token: n.Token, Rank: rank, Role: role, PeerTimeout: n.PeerTimeout, Logger: n.Logger, TLS: n.TLS}
 	if n.BandwidthBps > 0 {
 		if math.IsInf(n.BandwidthBps, 0) || math.IsNaN(n.BandwidthBps) {
 			return cfg, fmt.Errorf("job: bandwidth must be a positive rate, got %v B/s", n.BandwidthBps)

@@ -36,6 +36,7 @@ func newLaunchCmd() *cobra.Command {
 	var peerTimeout time.Duration
 	var bedName, traceDir string
 	var metricsPort int
+	var useTLS bool
 	cmd := &cobra.Command{
 		Use:   "launch",
 		Short: "Start a whole local cluster (servers and workers as separate processes on loopback) and run a job",
@@ -78,7 +79,26 @@ the failed process's error.`,
 				defer cleanup()
 				lc.bed, lc.shaped = bed, 0
 			}
-			res, err := launchLocal(ctx, scenarioArgs(cmd), spec, lc)
+			args := scenarioArgs(cmd)
+			if useTLS {
+				dir, err := os.MkdirTemp("", "autobyte-tls-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				ips := []net.IP{net.IPv4(127, 0, 0, 1)}
+				if lc.bed != nil {
+					for _, h := range lc.bed.Hosts {
+						ips = append(ips, net.ParseIP(h.IP))
+					}
+				}
+				files, err := ephemeralTLS(dir, ips)
+				if err != nil {
+					return fmt.Errorf("--tls: %w", err)
+				}
+				args = append(args, "--tls-cert="+files.cert, "--tls-key="+files.key, "--tls-ca="+files.ca)
+			}
+			res, err := launchLocal(ctx, args, spec, lc)
 			if err != nil {
 				return err
 			}
@@ -95,6 +115,7 @@ the failed process's error.`,
 	cmd.Flags().StringVar(&verify, "verify", "sample", "workers check sums against exact values: none, sample or full")
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "children's log level")
 	cmd.Flags().DurationVar(&peerTimeout, "peer-timeout", 5*time.Second, "a silent peer fails the job after this long")
+	cmd.Flags().BoolVar(&useTLS, "tls", false, "use mutual TLS on every connection (a throw-away CA and certificate for this run)")
 	cmd.Flags().StringVar(&traceDir, "trace", "", "write each worker's Chrome-trace timeline to DIR/rank-N.json")
 	cmd.Flags().IntVar(&metricsPort, "metrics-port", 0, "serve worker r's Prometheus metrics on port PORT+r (0 = off)")
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")

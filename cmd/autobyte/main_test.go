@@ -145,6 +145,13 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sweep", "--format", "xml"}, `"xml"`},
 		{[]string{"sweep", "--iterations", "1"}, "got 1"},
 		{[]string{"models", "extra"}, "extra"},
+		{[]string{"worker", "--model", "toy3"}, "MASTER_ADDR"},
+		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1"}, "token"},
+		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--tls-cert", "c.pem"}, "--tls-key"},
+		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--verify", "most"}, `"most"`},
+		{[]string{"server", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--log-level", "loud"}, `"loud"`},
+		{[]string{"launch", "--model", "toy3", "--verify", "most"}, `"most"`},
+		{[]string{"launch", "--model", "toy3", "--arch", "allreduce", "--servers", "1"}, "--servers 1"},
 	}
 	for _, c := range cases {
 		_, err := run(t, c.args...)
@@ -195,6 +202,35 @@ func TestModelsAndDemo(t *testing.T) {
 	for _, want := range []string{"fifo", "bytescheduler", "measured", "simulated", "speedup", "true"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestLaunch runs real local clusters (this test binary stands in for the
+// children, see TestMain): both architectures, with mutual TLS, and checks
+// the JSON contract.
+func TestLaunch(t *testing.T) {
+	for _, arch := range []string{"ps", "allreduce"} {
+		args := []string{"launch", "--model", "toy3", "--compute-scale", "0.001", "--workers", "3", "--arch", arch,
+			"--iterations", "3", "--verify", "full", "--tls", "--json"}
+		if arch == "ps" {
+			args = append(args, "--servers", "2")
+		}
+		out, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", arch, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Fatalf("%s: launch --json printed %q: %v", arch, out, err)
+		}
+		for _, key := range []string{"iteration_time_s", "iteration_times_s", "scheduler", "partition_bytes", "credit_bytes", "bytes_sent", "verified"} {
+			if _, ok := m[key]; !ok {
+				t.Errorf("%s: launch --json lacks %q", arch, key)
+			}
+		}
+		if m["verified"] != true || len(m["iteration_times_s"].([]any)) != 3 || m["bytes_sent"].(float64) < 3*6e6 {
+			t.Errorf("%s: launch reported %v", arch, out)
 		}
 	}
 }

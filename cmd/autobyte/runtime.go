@@ -28,6 +28,7 @@ type netFlags struct {
 	peerTimeout           time.Duration
 	logLevel              string
 	shape                 bool
+	tls                   tlsFiles
 }
 
 func (n *netFlags) register(cmd *cobra.Command) {
@@ -37,6 +38,9 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
 	fs.DurationVar(&n.peerTimeout, "peer-timeout", 5*time.Second, "fail when a peer is silent (no heartbeat) this long")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
+	fs.StringVar(&n.tls.cert, "tls-cert", "", "TLS: this process's certificate (PEM); with --tls-key and --tls-ca every connection uses mutual TLS")
+	fs.StringVar(&n.tls.key, "tls-key", "", "TLS: the certificate's private key (PEM)")
+	fs.StringVar(&n.tls.ca, "tls-ca", "", "TLS: the CA (PEM) every peer's certificate must be signed by")
 	fs.BoolVar(&n.shape, "shape", true, "shape this process's egress and ingress to --bandwidth when --bandwidth is given")
 }
 
@@ -67,7 +71,11 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	if !n.shape {
 		bandwidth = 0
 	}
-	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log}, nil
+	tc, err := n.tls.config()
+	if err != nil {
+		return out, err
+	}
+	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log, TLS: tc}, nil
 }
 
 // spec builds the job spec from the scenario flags.
