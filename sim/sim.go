@@ -31,6 +31,7 @@ import (
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
+	"github.com/autobyte/autobyte/tune"
 )
 
 // Arch is the aggregation architecture.
@@ -96,6 +97,24 @@ type Options struct {
 	Seed   uint64
 	// Trace, if set, receives a Chrome-trace timeline of rank 0.
 	Trace *trace.Writer
+
+	// Changing conditions (see dynamics.go for the exact rule).
+
+	// BandwidthTrace sets every host's bandwidth (bytes/s) from given
+	// iterations on: the messages of iteration k's gradients run at the
+	// last step at or before k, or at BandwidthBps before the first step.
+	// Steps must be at increasing iterations >= 0 with positive values.
+	BandwidthTrace []Step
+	// ComputeTrace multiplies forward and backward compute times of
+	// iteration k by the last step at or before k (1 before the first
+	// step; 2 = half as fast, like the CLI's --compute-scale).
+	ComputeTrace []Step
+	// Stragglers slows worker rank's compute by a factor >= 1.
+	Stragglers map[int]float64
+	// Tuner, if set, sees every iteration's statistics and may reconfigure
+	// the scheduling of every worker from a later iteration (tuning.go).
+	// It is stateful: use a fresh one per run.
+	Tuner tune.Tuner
 }
 
 // Result is what one run measured.
@@ -116,6 +135,22 @@ type Result struct {
 	// Pieces is the number of pieces scheduled per worker per iteration in
 	// the last iteration (the leader's, for all-reduce).
 	Pieces int
+
+	// MeanIterationTimeS is the mean of IterationTimesS over the whole run,
+	// warm-up and changes included.
+	MeanIterationTimeS float64
+	// LowerBoundsAt[k] are the bounds under the conditions of iteration k
+	// (see LowerBoundsAt); Bounds are those of iteration 0's conditions.
+	LowerBoundsAt []Bounds
+	// PiecesPerIteration[k] is how many pieces of iteration k the leader
+	// (rank 0, or the all-reduce leader) started.
+	PiecesPerIteration []int
+	// Configs are the scheduling configurations in force during the run,
+	// by increasing FromIteration: Options.Sched from 0, then each change
+	// the tuner made that applied before the run ended.
+	Configs []ConfigChange
+	// Stats[k] are the statistics of iteration k, as a tuner saw them.
+	Stats []tune.Stats
 }
 
 // LinkBytes sums the bytes each link carried over the run.
@@ -151,6 +186,9 @@ func (o *Options) Validate() error {
 	if err := o.Sched.Validate(); err != nil {
 		return err
 	}
+	if err := o.validateDynamics(); err != nil {
+		return err
+	}
 	return o.Profile.Validate()
 }
 
@@ -175,7 +213,7 @@ type message struct {
 }
 
 type host struct {
-	bw, lat     float64 // bytes/s; latency of this host's link (half of a host-to-host latency)
+	lat         float64 // latency of this host's link (half of a host-to-host latency)
 	queue       []int32 // FIFO of messages waiting for the egress
 	qhead       int
 	busy        bool
@@ -204,10 +242,13 @@ type worker struct {
 	shardsLeft map[sched.PieceID]int32
 	fwdEnds    []float64
 	opStart    float64
+	// slow is the straggler factor of this worker's compute.
+	slow float64
+	acct acct
 }
 
 type pieceKey struct {
-	iter, tensor, index, shard int32
+	epoch, iter, tensor, index, shard int32
 }
 
 type simulation struct {
@@ -243,6 +284,15 @@ type simulation struct {
 	err       error
 	// trace bookkeeping for rank 0
 	postedAt map[pieceKey]float64
+	// measurements and reconfiguration (tuning.go)
+	iters    []iterAcct // by iteration, Iterations+1 of them
+	context  tune.Stats // the constant part of every iteration's stats
+	stats    []tune.Stats
+	configs  []ConfigChange // accepted, by increasing FromIteration
+	ringFl   flight         // the all-reduce leader's bytes in flight
+	sumPostT []float64      // all-reduce: sum over ranks of each tensor's post time
+	// pushed, if set, sees every push as it arrives at its server (tests).
+	pushed func(server int32, k pieceKey, bytes int64)
 }
 
 // Run simulates the job described by o.
@@ -250,7 +300,10 @@ func Run(o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	s := newSimulation(o)
+	return newSimulation(o).run()
+}
+
+func (s *simulation) run() (*Result, error) {
 	s.start()
 	for s.q.Len() > 0 && s.err == nil {
 		e := s.q.pop()
@@ -272,7 +325,8 @@ func Run(o Options) (*Result, error) {
 func newSimulation(o Options) *simulation {
 	p := o.Profile
 	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64]*placement.Plan{},
-		epochPartition: []int64{o.Sched.PartitionBytes}}
+		epochPartition: []int64{o.Sched.PartitionBytes}, iters: make([]iterAcct, o.Iterations+1),
+		configs: []ConfigChange{{Config: o.Sched}}}
 	for l, layer := range p.Layers {
 		var ids []int
 		for _, t := range layer.Tensors {
@@ -289,13 +343,19 @@ func newSimulation(o Options) *simulation {
 	}
 	s.hosts = make([]host, nHosts)
 	for i := range s.hosts {
-		s.hosts[i] = host{bw: o.BandwidthBps, lat: o.LatencyS / 2}
+		s.hosts[i] = host{lat: o.LatencyS / 2}
 	}
 	L := len(p.Layers)
 	for r := 0; r < o.Workers; r++ {
 		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
-			shardsLeft: map[sched.PieceID]int32{},
-			rng:        rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+			shardsLeft: map[sched.PieceID]int32{}, slow: o.slowdown(r),
+			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+		if o.Arch == PS {
+			w.acct.fl = &flight{}
+			w.acct.postT = make([]float64, len(s.tensors))
+		} else {
+			w.acct.fl = &s.ringFl
+		}
 		for l := range w.synced {
 			w.synced[l] = -1
 		}
@@ -309,7 +369,9 @@ func newSimulation(o Options) *simulation {
 	if o.Arch == AllReduce {
 		s.leader, _ = sched.New(o.Sched)
 		s.posts = map[pieceKey]int32{}
+		s.sumPostT = make([]float64, len(s.tensors))
 	}
+	s.context = s.jobContext()
 	if o.Trace != nil {
 		s.postedAt = map[pieceKey]float64{}
 	}
@@ -368,16 +430,21 @@ func (s *simulation) advance(w *worker) {
 	} else {
 		d = s.bwdS[w.layer]
 	}
+	if c := s.o.ComputeScaleAt(w.iter) * w.slow; c != 1 {
+		d *= c
+	}
 	if s.o.Jitter > 0 {
 		d *= 1 + s.o.Jitter*w.rng.Float64()
 	}
 	w.busy = true
 	w.opStart = s.now
+	s.opStarted(w)
 	s.q.push(s.now+d, evCompute, int32(w.rank))
 }
 
 func (s *simulation) computeDone(w *worker) {
 	w.busy = false
+	s.opDone(w)
 	if w.rank == 0 && s.o.Trace != nil {
 		name := fmt.Sprintf("FW %s", s.o.Profile.Layers[w.layer].Name)
 		if !w.fwd {
@@ -390,6 +457,7 @@ func (s *simulation) computeDone(w *worker) {
 		w.layer++
 		if w.layer == L {
 			w.fwdEnds = append(w.fwdEnds, s.now)
+			s.forwardEnded(w, len(w.fwdEnds)-1)
 			if w.iter == s.o.Iterations {
 				w.done = true
 				return
@@ -418,11 +486,16 @@ func (s *simulation) postLayer(w *worker, l int) {
 			s.postedAt[pieceKey{iter: int32(w.iter), tensor: int32(t)}] = s.now
 		}
 		if s.o.Arch == PS {
+			w.acct.postT[t] = s.now
 			s.check(w.core.Post(task))
 			continue
 		}
 		k := pieceKey{iter: int32(w.iter), tensor: int32(t)}
 		s.posts[k]++
+		if s.posts[k] == 1 {
+			s.sumPostT[t] = 0
+		}
+		s.sumPostT[t] += s.now
 		if s.posts[k] == int32(s.o.Workers) {
 			delete(s.posts, k)
 			s.check(s.leader.Post(task))
@@ -466,6 +539,7 @@ type workerCore interface {
 	Post(sched.Task) error
 	Next() (sched.Piece, bool)
 	Done(sched.PieceID) (bool, error)
+	Reconfigure(sched.Config, int) error
 }
 
 func (s *simulation) drainWorker(w *worker) {
@@ -473,6 +547,13 @@ func (s *simulation) drainWorker(w *worker) {
 		p, ok := w.core.Next()
 		if !ok {
 			return
+		}
+		w.acct.fl.add(s.now, p.Bytes)
+		it := &s.iters[p.Iteration]
+		it.queue += s.now - w.acct.postT[p.Tensor]
+		it.queued++
+		if w.rank == 0 {
+			it.leaderPieces++
 		}
 		if w.rank == 0 && s.o.Workers > 1 {
 			// Tell the followers, one latency later, what the leader started.
@@ -544,13 +625,17 @@ func (s *simulation) sendNext(src int32) {
 	h.qhead++
 	m := &s.msgs[id]
 	d := &s.hosts[m.dst]
-	egressEnd := s.now + float64(m.bytes)/h.bw
+	bw := s.o.BandwidthAt(m.piece.Iteration)
+	egressEnd := s.now + float64(m.bytes)/bw
 	lat := h.lat + d.lat
 	inStart := max(s.now+lat, d.ingressFree)
-	inEnd := max(inStart+float64(m.bytes)/d.bw, egressEnd+lat)
+	inEnd := max(inStart+float64(m.bytes)/bw, egressEnd+lat)
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
 	d.ingressByte += m.bytes
+	if m.push {
+		s.iters[m.piece.Iteration].sent += float64(m.bytes)
+	}
 	m.egressEnd = egressEnd
 	h.busy = true
 	s.q.push(egressEnd, evEgressFree, src)
@@ -562,7 +647,12 @@ func (s *simulation) deliver(id int32) {
 	s.free = append(s.free, id)
 	p := m.piece
 	if m.push {
-		k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index), shard: m.shard}
+		// A server sums what it receives by (epoch, key): pieces of
+		// different partitionings never mix.
+		k := pieceKey{epoch: int32(p.Epoch), iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index), shard: m.shard}
+		if s.pushed != nil {
+			s.pushed(m.dst, k, m.bytes)
+		}
 		s.arrived[k]++
 		if s.arrived[k] < int32(s.o.Workers) {
 			return
@@ -583,6 +673,7 @@ func (s *simulation) deliver(id int32) {
 	}
 	taskDone, err := w.core.Done(p.PieceID)
 	s.check(err)
+	w.acct.fl.add(s.now, -p.Bytes)
 	if w.rank == 0 && s.postedAt != nil {
 		s.traceComm(p)
 	}
@@ -607,6 +698,12 @@ func (s *simulation) drainLeader() {
 		if !ok {
 			break
 		}
+		s.ringFl.add(s.now, p.Bytes)
+		it := &s.iters[p.Iteration]
+		n := float64(s.o.Workers)
+		it.queue += max(0, n*s.now-s.sumPostT[p.Tensor]) // >= 0 but for rounding
+		it.queued += int64(s.o.Workers)
+		it.leaderPieces++
 		s.ring = append(s.ring, p)
 	}
 	s.ringNext()
@@ -624,7 +721,8 @@ func (s *simulation) ringNext() {
 	n := float64(s.o.Workers)
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
-	occupy := share / s.o.BandwidthBps
+	s.iters[p.Iteration].sent += share * n
+	occupy := share / s.o.BandwidthAt(p.Iteration)
 	done := s.now + occupy + 2*(n-1)*s.o.LatencyS
 	var slot int32
 	if k := len(s.ringFree); k > 0 {
@@ -645,6 +743,7 @@ func (s *simulation) ringDone(slot int32) {
 	s.ringFree = append(s.ringFree, slot)
 	taskDone, err := s.leader.Done(p.PieceID)
 	s.check(err)
+	s.ringFl.add(s.now, -p.Bytes)
 	if s.postedAt != nil {
 		s.traceComm(p)
 	}
@@ -671,7 +770,20 @@ func (s *simulation) result() *Result {
 	}
 	r.IterationTimeS = stats.SteadyState(r.IterationTimesS)
 	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
-	r.Bounds = LowerBounds(o)
+	r.Bounds = initialBounds(o)
+	r.LowerBoundsAt = boundsPerIteration(o)
+	var total float64
+	for k, t := range r.IterationTimesS {
+		total += t
+		r.PiecesPerIteration = append(r.PiecesPerIteration, s.iters[k].leaderPieces)
+	}
+	r.MeanIterationTimeS = total / float64(o.Iterations)
+	for _, c := range s.configs {
+		if c.FromIteration < o.Iterations {
+			r.Configs = append(r.Configs, c)
+		}
+	}
+	r.Stats = s.stats
 	for i, h := range s.hosts {
 		eg, in := h.egressBytes, h.ingressByte
 		if o.Arch == AllReduce {
@@ -693,7 +805,7 @@ func (s *simulation) result() *Result {
 func (s *simulation) piecesPerIteration() int {
 	n := 0
 	for _, t := range s.tensors {
-		n += int(sched.PieceCount(t.bytes, int64(s.o.Profile.BytesPerParam), s.o.Sched.PartitionBytes))
+		n += int(sched.PieceCount(t.bytes, int64(s.o.Profile.BytesPerParam), s.configAt(s.o.Iterations-1).PartitionBytes))
 	}
 	return n
 }

@@ -71,6 +71,24 @@ func TestToy3Contract(t *testing.T) {
 	}
 }
 
+// TestChangingConditions: a bandwidth drop slows the run, configs and the
+// whole-run mean are reported, and the grid tuner moves through its grid.
+func TestChangingConditions(t *testing.T) {
+	base := []string{"--model", "resnet50", "--workers", "4", "--iterations", "40"}
+	steady := simJSON(t, base...)
+	drop := simJSON(t, append(base, "--bandwidth-trace", "0:10Gbps,10:1Gbps")...)
+	if drop["mean_iteration_time_s"].(float64) <= 1.5*steady["mean_iteration_time_s"].(float64) {
+		t.Errorf("a 10x bandwidth drop from iteration 10: mean %v, without it %v", drop["mean_iteration_time_s"], steady["mean_iteration_time_s"])
+	}
+	if drop["iteration_time_s"].(float64) < drop["lower_bound_s"].(float64) {
+		t.Errorf("steady state %v below its bound %v", drop["iteration_time_s"], drop["lower_bound_s"])
+	}
+	grid := simJSON(t, append(base, "--tuner", "grid", "--grid-partitions", "1MB,4MB", "--grid-credits", "8MB", "--grid-trial", "3")...)
+	if n := len(grid["configs"].([]any)); n < 3 {
+		t.Errorf("grid tuner applied %d configurations, want the initial one and both candidates", n)
+	}
+}
+
 func TestByteSchedulerDefaults(t *testing.T) {
 	ps := simJSON(t, "--model", "resnet50", "--workers", "2", "--iterations", "2")
 	ar := simJSON(t, "--model", "resnet50", "--workers", "2", "--arch", "allreduce", "--iterations", "2")
@@ -145,6 +163,13 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sweep", "--format", "xml"}, `"xml"`},
 		{[]string{"sweep", "--iterations", "1"}, "got 1"},
 		{[]string{"models", "extra"}, "extra"},
+		{[]string{"sim", "--model", "toy3", "--bandwidth-trace", "0:1Gbps,x"}, `"x"`},
+		{[]string{"sim", "--model", "toy3", "--compute-trace", "0:-2"}, `"-2"`},
+		{[]string{"sim", "--model", "toy3", "--workers", "2", "--straggler", "5:2"}, `"5:2"`},
+		{[]string{"sim", "--model", "toy3", "--straggler", "0:0.5"}, `"0:0.5"`},
+		{[]string{"sim", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
+		{[]string{"sim", "--model", "toy3", "--tuner", "grid", "--grid-trial", "0"}, "0"},
+		{[]string{"launch", "--model", "toy3", "--bandwidth-trace", "0:1Gbps"}, "simulator-only"},
 		{[]string{"worker", "--model", "toy3"}, "MASTER_ADDR"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1"}, "token"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--tls-cert", "c.pem"}, "--tls-key"},

@@ -84,6 +84,9 @@ func (f *scenarioFlags) spec(cmd *cobra.Command) (job.Spec, sim.Options, error) 
 	if err != nil {
 		return job.Spec{}, o, err
 	}
+	if len(o.BandwidthTrace) > 0 || len(o.ComputeTrace) > 0 || len(o.Stragglers) > 0 {
+		return job.Spec{}, o, fmt.Errorf("--bandwidth-trace, --compute-trace and --straggler are simulator-only for now (use autobyte sim, or autobyte testbed set to change a host's rate during a run)")
+	}
 	arch := worker.PS
 	if o.Arch == sim.AllReduce {
 		arch = worker.AllReduce

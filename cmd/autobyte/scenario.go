@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -39,6 +41,9 @@ type scenarioFlags struct {
 	iterations           int
 	jitter               float64
 	seed                 uint64
+	bandwidthTrace       string
+	computeTrace         string
+	stragglers           []string
 }
 
 func (f *scenarioFlags) register(cmd *cobra.Command) {
@@ -60,6 +65,44 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
 	fs.Float64Var(&f.jitter, "jitter", 0, "slow each compute step by a random factor in [1, 1+jitter)")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed (for --jitter)")
+	fs.StringVar(&f.bandwidthTrace, "bandwidth-trace", "", "sim: link rate by iteration, e.g. 0:10Gbps,300:2Gbps,600:10Gbps")
+	fs.StringVar(&f.computeTrace, "compute-trace", "", "sim: compute-time multiplier by iteration, e.g. 0:1,200:2")
+	fs.StringArrayVar(&f.stragglers, "straggler", nil, "sim: RANK:FACTOR, worker RANK computes FACTOR times slower (repeatable)")
+}
+
+// dynamics parses the changing-conditions flags into o.
+func (f *scenarioFlags) dynamics(o *sim.Options) error {
+	var err error
+	if f.bandwidthTrace != "" {
+		if o.BandwidthTrace, err = sim.ParseSteps(f.bandwidthTrace, units.ParseRate); err != nil {
+			return fmt.Errorf("--bandwidth-trace: %w", err)
+		}
+	}
+	if f.computeTrace != "" {
+		parse := func(s string) (float64, error) {
+			x, err := strconv.ParseFloat(s, 64)
+			if err != nil || !(x > 0) || math.IsInf(x, 0) {
+				return 0, fmt.Errorf("compute multiplier %q is not a positive number", s)
+			}
+			return x, nil
+		}
+		if o.ComputeTrace, err = sim.ParseSteps(f.computeTrace, parse); err != nil {
+			return fmt.Errorf("--compute-trace: %w", err)
+		}
+	}
+	for _, s := range f.stragglers {
+		rank, factor, ok := strings.Cut(s, ":")
+		r, rerr := strconv.Atoi(rank)
+		x, xerr := strconv.ParseFloat(factor, 64)
+		if !ok || rerr != nil || xerr != nil || r < 0 || r >= o.Workers || !(x >= 1) || math.IsInf(x, 0) {
+			return fmt.Errorf("--straggler %q: want RANK:FACTOR with 0 <= RANK < %d workers and FACTOR >= 1", s, o.Workers)
+		}
+		if o.Stragglers == nil {
+			o.Stragglers = map[int]float64{}
+		}
+		o.Stragglers[r] = x
+	}
+	return nil
 }
 
 // loadProfile returns the model chosen by --model or --profile, scaled.
@@ -176,7 +219,11 @@ func (f *scenarioFlags) options(cmd *cobra.Command) (sim.Options, error) {
 	if err != nil {
 		return o, err
 	}
-	return sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
+	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
 		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg, GlobalBarrier: barrier,
-		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}, nil
+		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
+	if err := f.dynamics(&o); err != nil {
+		return o, err
+	}
+	return o, nil
 }

@@ -11,14 +11,18 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
 
 func newSimCmd() *cobra.Command {
 	var f scenarioFlags
-	var traceFile string
+	var traceFile, tuner, gridParts, gridCredits string
+	var gridTrial int
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -34,6 +38,27 @@ iteration time next to lower bounds for the same job.`,
 			o, err := f.options(cmd)
 			if err != nil {
 				return err
+			}
+			switch tuner {
+			case "static":
+			case "grid":
+				parts, err := parseSizes("--grid-partitions", gridParts)
+				if err != nil {
+					return err
+				}
+				creds, err := parseSizes("--grid-credits", gridCredits)
+				if err != nil {
+					return err
+				}
+				base := o.Sched
+				base.Order = sched.OrderPriority
+				g, err := tune.NewGrid(tune.Cross(base, parts, creds), gridTrial)
+				if err != nil {
+					return fmt.Errorf("--tuner grid: %w", err)
+				}
+				o.Tuner = g
+			default:
+				return fmt.Errorf("unknown --tuner %q (want static or grid; bo and autobyte are not built yet)", tuner)
 			}
 			var tf *os.File
 			if traceFile != "" {
@@ -67,6 +92,10 @@ iteration time next to lower bounds for the same job.`,
 	f.register(cmd)
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringVar(&tuner, "tuner", "static", "static (the configuration given) or grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best)")
+	cmd.Flags().StringVar(&gridParts, "grid-partitions", "1MB,4MB,16MB", "grid tuner: partition sizes")
+	cmd.Flags().StringVar(&gridCredits, "grid-credits", "4MB,16MB,64MB", "grid tuner: credit sizes")
+	cmd.Flags().IntVar(&gridTrial, "grid-trial", 5, "grid tuner: iterations per candidate")
 	return cmd
 }
 
@@ -94,9 +123,20 @@ type simReport struct {
 	PiecesPerIter    int        `json:"pieces_per_iteration"`
 	GradientBytes    int64      `json:"gradient_bytes"`
 	Links            linkReport `json:"link_bytes"`
+	MeanIterationS   float64    `json:"mean_iteration_time_s"`
+	Configs          []configAt `json:"configs"`
 	Events           int64      `json:"events"`
 	WallS            float64    `json:"wall_s"`
 	SimEventsPerWall float64    `json:"events_per_wall_s"`
+}
+
+// configAt is a configuration and the iteration it applied from.
+type configAt struct {
+	FromIteration  int    `json:"from_iteration"`
+	PartitionBytes int64  `json:"partition_bytes"`
+	CreditBytes    int64  `json:"credit_bytes"`
+	Order          string `json:"order"`
+	Admission      string `json:"admission"`
 }
 
 // linkReport summarises the bytes carried per link over the run.
@@ -128,7 +168,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
 		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
 		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
-		LowerBoundS: r.Bounds.MaxS, BoundRatio: r.IterationTimeS / r.Bounds.MaxS, Bounds: r.Bounds,
+		LowerBoundS: lowerBound(o, r), BoundRatio: r.IterationTimeS / lowerBound(o, r), Bounds: r.Bounds,
 		SamplesPerS: r.SamplesPerS, PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
 		Links: linkReport{
 			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),
@@ -136,7 +176,31 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 			Total: total,
 		},
 		Events: r.Events, WallS: wall.Seconds(), SimEventsPerWall: float64(r.Events) / wall.Seconds(),
+		MeanIterationS: r.MeanIterationTimeS, Configs: configsOf(r.Configs),
 	}
+}
+
+// lowerBound bounds the steady-state iteration time: the job's bound when
+// conditions are fixed; with traces or stragglers, the steady-state mean of
+// each iteration's fluid bound (which holds iteration by iteration).
+func lowerBound(o sim.Options, r *sim.Result) float64 {
+	if len(o.BandwidthTrace) == 0 && len(o.ComputeTrace) == 0 && len(o.Stragglers) == 0 {
+		return r.Bounds.MaxS
+	}
+	var per []float64
+	for _, b := range r.LowerBoundsAt {
+		per = append(per, b.FluidS)
+	}
+	return stats.SteadyState(per)
+}
+
+func configsOf(cs []sim.ConfigChange) []configAt {
+	out := []configAt{}
+	for _, c := range cs {
+		out = append(out, configAt{FromIteration: c.FromIteration, PartitionBytes: c.Config.PartitionBytes,
+			CreditBytes: c.Config.CreditBytes, Order: c.Config.Order.String(), Admission: c.Config.Admission.String()})
+	}
+	return out
 }
 
 func (r simReport) writeText(w io.Writer) error {
@@ -158,6 +222,16 @@ func (r simReport) writeText(w io.Writer) error {
 	fmt.Fprintf(tw, "lower bound\t%s (achieved/bound %.3f): compute %s, worker link %s, server link %s, first layer %s, fluid %s\n",
 		units.FormatSeconds(r.LowerBoundS), r.BoundRatio, units.FormatSeconds(r.Bounds.ComputeS), units.FormatSeconds(r.Bounds.WorkerLinkS),
 		units.FormatSeconds(r.Bounds.ServerLinkS), units.FormatSeconds(r.Bounds.FirstLayerS), units.FormatSeconds(r.Bounds.FluidS))
+	if len(r.Configs) > 1 {
+		fmt.Fprintf(tw, "configs\t")
+		for i, c := range r.Configs {
+			if i > 0 {
+				fmt.Fprint(tw, "; ")
+			}
+			fmt.Fprintf(tw, "from %d: partition %s, credit %s", c.FromIteration, sz(c.PartitionBytes), sz(c.CreditBytes))
+		}
+		fmt.Fprintf(tw, "\n\tmean over the run %s\n", units.FormatSeconds(r.MeanIterationS))
+	}
 	fmt.Fprintf(tw, "link bytes\tworker egress max %s, server ingress max %s, total %s\n", units.FormatBytes(r.Links.WorkerEgressMax), units.FormatBytes(r.Links.ServerIngressMax), units.FormatBytes(r.Links.Total))
 	fmt.Fprintf(tw, "simulated\t%d events in %s (%.2g events/s)\n", r.Events, units.FormatSeconds(r.WallS), r.SimEventsPerWall)
 	return tw.Flush()

@@ -1,0 +1,209 @@
+package sim
+
+// Changing conditions: link bandwidth and compute speed that change at
+// given iterations, and slow workers.
+//
+// Rule. Conditions are indexed by iteration, not by time:
+//   - the bandwidth in force for a message is the trace's value at the
+//     iteration of the gradient it carries (a push, a pull, a ring
+//     transfer of a piece of iteration k all run at the bandwidth of k),
+//     on the sender's egress and the receiver's ingress alike;
+//   - a compute step of forward or backward pass k takes its profile time
+//     times the compute trace's value at k, times the worker's straggler
+//     factor (then jitter).
+//
+// So iteration k's span (backward k, k's communication, forward k+1) runs
+// backward and communication under the conditions of k and the forward
+// under the compute of k+1; LowerBoundsAt(o, k) is computed for exactly
+// that mix. The rule needs no notion of a "current iteration" for servers
+// or the ring, and a message's rate never changes while it is on a link.
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Step is one step of a piecewise-constant trace over iterations: from
+// Iteration on (until the next step) the traced quantity is Value.
+type Step struct {
+	Iteration int
+	Value     float64
+}
+
+// ParseSteps parses a trace written "ITERATION:VALUE,ITERATION:VALUE,...",
+// for example "0:10Gbps,300:2Gbps,600:10Gbps", with parse turning each
+// VALUE into a number. Iterations must be >= 0 and strictly increasing and
+// values positive and finite. Spaces around items are ignored; "" is no
+// trace (nil). Errors name the bad item.
+func ParseSteps(s string, parse func(string) (float64, error)) ([]Step, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var steps []Step
+	for i, item := range strings.Split(s, ",") {
+		item = strings.TrimSpace(item)
+		it, val, ok := strings.Cut(item, ":")
+		if !ok {
+			return nil, fmt.Errorf("trace item %d %q: want ITERATION:VALUE", i+1, item)
+		}
+		k, err := strconv.Atoi(strings.TrimSpace(it))
+		if err != nil || k < 0 {
+			return nil, fmt.Errorf("trace item %d %q: iteration %q is not an integer >= 0", i+1, item, it)
+		}
+		v, err := parse(strings.TrimSpace(val))
+		if err != nil {
+			return nil, fmt.Errorf("trace item %d %q: %w", i+1, item, err)
+		}
+		if !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("trace item %d %q: value must be positive and finite, got %v", i+1, item, v)
+		}
+		if n := len(steps); n > 0 && k <= steps[n-1].Iteration {
+			return nil, fmt.Errorf("trace item %d %q: iteration %d must come after the previous item's %d", i+1, item, k, steps[n-1].Iteration)
+		}
+		steps = append(steps, Step{Iteration: k, Value: v})
+	}
+	return steps, nil
+}
+
+// validateSteps checks a trace; what names it in errors.
+func validateSteps(what string, steps []Step) error {
+	for i, st := range steps {
+		switch {
+		case st.Iteration < 0:
+			return fmt.Errorf("sim: %s step %d (iteration %d): iteration must be >= 0", what, i, st.Iteration)
+		case i > 0 && st.Iteration <= steps[i-1].Iteration:
+			return fmt.Errorf("sim: %s step %d (iteration %d): iterations must increase, but step %d is at iteration %d",
+				what, i, st.Iteration, i-1, steps[i-1].Iteration)
+		case !(st.Value > 0) || math.IsInf(st.Value, 0):
+			return fmt.Errorf("sim: %s step %d (iteration %d): value must be positive and finite, got %v", what, i, st.Iteration, st.Value)
+		}
+	}
+	return nil
+}
+
+// validateDynamics checks the traces and stragglers of o.
+func (o *Options) validateDynamics() error {
+	if err := validateSteps("bandwidth trace", o.BandwidthTrace); err != nil {
+		return err
+	}
+	if err := validateSteps("compute trace", o.ComputeTrace); err != nil {
+		return err
+	}
+	ranks := make([]int, 0, len(o.Stragglers))
+	for r := range o.Stragglers {
+		ranks = append(ranks, r)
+	}
+	slices.Sort(ranks) // report the same bad rank every time
+	for _, r := range ranks {
+		f := o.Stragglers[r]
+		if r < 0 || r >= o.Workers {
+			return fmt.Errorf("sim: straggler rank %d: no such worker (ranks 0..%d)", r, o.Workers-1)
+		}
+		if !(f >= 1) || math.IsInf(f, 0) {
+			return fmt.Errorf("sim: straggler rank %d: slowdown must be a finite factor >= 1, got %v", r, f)
+		}
+	}
+	return nil
+}
+
+// stepAt is the value of a trace at iteration k: the last step at or
+// before k, or def before the first step.
+func stepAt(steps []Step, k int, def float64) float64 {
+	if len(steps) == 0 {
+		return def
+	}
+	// The first step after k; the one before it is in force.
+	i, _ := slices.BinarySearchFunc(steps, k+1, func(s Step, k int) int { return s.Iteration - k })
+	if i == 0 {
+		return def
+	}
+	return steps[i-1].Value
+}
+
+// BandwidthAt is the link bandwidth (bytes/s) in force for the messages of
+// iteration k's gradients.
+func (o *Options) BandwidthAt(k int) float64 { return stepAt(o.BandwidthTrace, k, o.BandwidthBps) }
+
+// ComputeScaleAt is the multiplier of compute times of iteration k's
+// forward and backward passes (2 = half as fast; 1 without a trace).
+func (o *Options) ComputeScaleAt(k int) float64 { return stepAt(o.ComputeTrace, k, 1) }
+
+// slowdown is worker rank's straggler factor (1 if it is not a straggler).
+func (o *Options) slowdown(rank int) float64 {
+	if f, ok := o.Stragglers[rank]; ok {
+		return f
+	}
+	return 1
+}
+
+// minSlowdown is the smallest straggler factor over all workers: compute is
+// never faster than the profile times this on any worker.
+func (o *Options) minSlowdown() float64 {
+	if len(o.Stragglers) < o.Workers {
+		return 1
+	}
+	m := math.Inf(1)
+	for r := range o.Workers {
+		m = min(m, o.slowdown(r))
+	}
+	return m
+}
+
+// LowerBoundsAt are the lower bounds under the conditions of iteration k:
+// bandwidth BandwidthAt(k), backward compute at ComputeScaleAt(k) and
+// forward compute at ComputeScaleAt(k+1), both times the smallest straggler
+// factor. FluidS (and with it ComputeS, WorkerLinkS and FirstLayerS) bounds
+// IterationTimesS[k] itself: the argument of the fluid bound follows the
+// worker that ends forward k last, whose iteration-k messages all run at
+// BandwidthAt(k). MaxS, which includes the servers' links, bounds the
+// steady state of a run held at these conditions. Without traces or
+// stragglers it equals LowerBounds(o) for every k. o must be valid.
+func LowerBoundsAt(o Options, k int) Bounds {
+	slow := o.minSlowdown()
+	return conditionBounds(o, o.BandwidthAt(k), o.ComputeScaleAt(k)*slow, o.ComputeScaleAt(k+1)*slow)
+}
+
+// initialBounds are the bounds under the conditions of iteration 0.
+func initialBounds(o Options) Bounds {
+	slow := o.minSlowdown()
+	c := o.ComputeScaleAt(0) * slow
+	return conditionBounds(o, o.BandwidthAt(0), c, c)
+}
+
+// conditionBounds are the bounds of o at bandwidth bw with backward and
+// forward compute times multiplied by bwdScale and fwdScale.
+func conditionBounds(o Options, bw, bwdScale, fwdScale float64) Bounds {
+	o.BandwidthBps = bw
+	if bwdScale != 1 || fwdScale != 1 {
+		p := o.Profile.Clone()
+		for i := range p.Layers {
+			p.Layers[i].ForwardS *= fwdScale
+			p.Layers[i].BackwardS *= bwdScale
+		}
+		o.Profile = p
+	}
+	return LowerBounds(o)
+}
+
+// conditions identify the bounds of one iteration, to compute each once.
+type conditions struct{ bw, bwd, fwd float64 }
+
+// boundsPerIteration returns LowerBoundsAt(o, k) for every iteration.
+func boundsPerIteration(o Options) []Bounds {
+	slow := o.minSlowdown()
+	cache := map[conditions]Bounds{}
+	out := make([]Bounds, o.Iterations)
+	for k := range out {
+		c := conditions{o.BandwidthAt(k), o.ComputeScaleAt(k) * slow, o.ComputeScaleAt(k+1) * slow}
+		b, ok := cache[c]
+		if !ok {
+			b = conditionBounds(o, c.bw, c.bwd, c.fwd)
+			cache[c] = b
+		}
+		out[k] = b
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+// Package tune holds the tuners that configure the scheduling core while a
+// job runs, behind one interface, and the statistics they see.
+//
+// A tuner is a pure state machine like the core itself: it is handed one
+// iteration's Stats at a time and may answer with a Proposal, a scheduling
+// configuration that applies from a stated later iteration. It has no
+// clock, goroutines or I/O, and knows nothing of how the statistics were
+// measured: the simulator (package sim) computes them from its events and
+// the runtime will compute the same quantities from its measurements. It
+// must not know about the simulator or the transports; the caller (the
+// simulator or rank 0 of a real job) applies proposals to every worker.
+package tune
+
+import (
+	"github.com/autobyte/autobyte/sched"
+)
+
+// Stats are one iteration's runtime statistics, as a tuner sees them.
+//
+// Iteration k spans, on each worker, from the end of forward pass k to the
+// end of forward pass k+1: backward k, the communication of k's gradients
+// and the gated forward k+1. Per-worker quantities are measured over each
+// worker's own span and averaged over workers as stated per field.
+type Stats struct {
+	// Iteration is the iteration these statistics describe.
+	Iteration int `json:"iteration"`
+	// IterationTimeS is the job's iteration time: from the end of forward
+	// k to the end of forward k+1 on the slowest worker.
+	IterationTimeS float64 `json:"iteration_time_s"`
+	// ForwardS and BackwardS are the compute time of forward k+1 and
+	// backward k (time spent computing, not waiting at gates), mean over
+	// workers.
+	ForwardS  float64 `json:"forward_s"`
+	BackwardS float64 `json:"backward_s"`
+	// BandwidthBps is the link rate per direction in force for the
+	// iteration's communication (configured, or measured by the runtime),
+	// in bytes/s.
+	BandwidthBps float64 `json:"bandwidth_bps"`
+	// GoodputBps is the bytes each worker sent for the iteration's
+	// gradients (pushes on parameter servers, its share of the ring for
+	// all-reduce), mean over workers, divided by IterationTimeS.
+	GoodputBps float64 `json:"goodput_bps"`
+	// QueueDelayS is the mean time a piece of the iteration waited between
+	// its gradient being ready on a worker and its start there (credit and
+	// order), over every piece on every worker.
+	QueueDelayS float64 `json:"queue_delay_s"`
+	// Overlap is the fraction of communication time that overlapped with
+	// compute: communication time is when the worker had at least one
+	// piece in flight (started, not done), summed over workers; 0 when
+	// nothing was communicated.
+	Overlap float64 `json:"overlap"`
+	// InFlightBytes is the mean of the bytes in flight (started, not
+	// done), time-weighted over the workers' spans.
+	InFlightBytes float64 `json:"in_flight_bytes"`
+	// Config is the scheduling configuration in force for the iteration.
+	Config sched.Config `json:"config"`
+
+	// Context: the job, constant over a run.
+
+	// ModelBytes is the gradient size per worker per iteration.
+	ModelBytes int64 `json:"model_bytes"`
+	// Tensors is the number of gradient tensors.
+	Tensors int `json:"tensors"`
+	// SizeSkew is the largest tensor's size over the mean tensor size.
+	SizeSkew float64 `json:"size_skew"`
+	Workers  int     `json:"workers"`
+	// Servers is the number of parameter servers (0 for all-reduce).
+	Servers int `json:"servers"`
+	// Arch is "ps" or "allreduce".
+	Arch string `json:"arch"`
+}
+
+// Proposal is a configuration a tuner wants in force from FromIteration on.
+// FromIteration must be later than the iteration in progress when it is
+// proposed: a caller handed Stats of iteration k refuses any proposal from
+// before k+2, since workers may already be posting k+1's gradients.
+type Proposal struct {
+	Config        sched.Config
+	FromIteration int
+}
+
+// Tuner sees each iteration's statistics, in iteration order, and may
+// propose a configuration for a future iteration. Successive proposals must
+// apply from strictly increasing iterations. A Tuner is not safe for
+// concurrent use.
+type Tuner interface {
+	// Name names the tuner in results and errors.
+	Name() string
+	// Observe is called once per iteration, after it completes. It returns
+	// a proposal and true to change the configuration.
+	Observe(s Stats) (Proposal, bool)
+}
+
+// Lead is how many iterations after an observed one a proposal can apply
+// at the earliest: observing iteration k, a tuner may propose from k+Lead.
+const Lead = 2
