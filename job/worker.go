@@ -113,6 +113,7 @@ func (w *Worker) Close(err error) (sent, received int64) {
 			_ = c.Close()
 		}
 	}
+	w.Engine.Wait()
 	w.cancel(nil)
 	return sent, received
 }

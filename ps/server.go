@@ -55,6 +55,8 @@ type accum struct {
 	waiting []*transport.Conn
 	// answered counts the answers sent; the piece is forgotten at Workers.
 	answered int
+	// pushed marks the workers that pushed, to refuse a second push.
+	pushed []bool
 }
 
 // Server sums pieces for a fixed set of worker connections.
@@ -64,6 +66,11 @@ type Server struct {
 	mu    sync.Mutex
 	accs  map[pieceKey]*accum
 	conns []*transport.Conn
+	// finished remembers the pieces of the last few iterations that were
+	// answered to everyone, so a late second push of one is refused
+	// instead of starting a piece that can never complete.
+	finished map[pieceKey]bool
+	byIter   map[uint32][]pieceKey
 
 	statsMu sync.Mutex
 	pieces  int64
@@ -82,7 +89,7 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{o: o, log: log, accs: map[pieceKey]*accum{}}, nil
+	return &Server{o: o, log: log, accs: map[pieceKey]*accum{}, finished: map[pieceKey]bool{}, byIter: map[uint32][]pieceKey{}}, nil
 }
 
 // Serve runs the server on conns, one per worker, until every worker closed
@@ -136,7 +143,9 @@ func (s *Server) read(c *transport.Conn) error {
 				return err
 			}
 		case transport.KindPull:
-			s.pull(c, f.Header)
+			if err := s.pull(c, f.Header); err != nil {
+				return err
+			}
 		default:
 			return fmt.Errorf("ps: worker %d sent an unexpected %v frame", c.PeerRank(), f.Kind)
 		}
@@ -147,25 +156,57 @@ func keyOf(h transport.Header) pieceKey {
 	return pieceKey{epoch: h.Epoch, iter: h.Iteration, key: h.Key, piece: h.Piece, aux: h.Aux}
 }
 
-func (s *Server) lookup(h transport.Header) *accum {
+func (s *Server) lookup(h transport.Header) (*accum, error) {
 	k := keyOf(h)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.finished[k] {
+		return nil, fmt.Errorf("tensor %d piece %d shard %d iteration %d epoch %d is already complete", h.Key, h.Piece, h.Aux, h.Iteration, h.Epoch)
+	}
 	a, ok := s.accs[k]
 	if !ok {
-		a = &accum{hdr: h}
+		a = &accum{hdr: h, pushed: make([]bool, s.o.Workers)}
 		s.accs[k] = a
 	}
-	s.mu.Unlock()
-	return a
+	return a, nil
+}
+
+// forget drops a piece answered to every worker, remembering its key for
+// a few iterations.
+func (s *Server) forget(k pieceKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.accs, k)
+	s.finished[k] = true
+	s.byIter[k.iter] = append(s.byIter[k.iter], k)
+	for it, keys := range s.byIter {
+		if it+4 < k.iter {
+			for _, old := range keys {
+				delete(s.finished, old)
+			}
+			delete(s.byIter, it)
+		}
+	}
 }
 
 func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 	if f.Length%4 != 0 {
 		return fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole float32s", c.PeerRank(), f.Length, f.Key, f.Piece)
 	}
-	a := s.lookup(f.Header)
+	a, err := s.lookup(f.Header)
+	if err != nil {
+		return fmt.Errorf("ps: worker %d pushed twice: %w", c.PeerRank(), err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	r := c.PeerRank()
+	if r < 0 || r >= len(a.pushed) {
+		return fmt.Errorf("ps: push from worker %d, outside the %d workers", r, s.o.Workers)
+	}
+	if a.pushed[r] {
+		return fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
+	}
+	a.pushed[r] = true
 	n := int(f.Length / 4)
 	switch {
 	case a.pushes == 0:
@@ -181,10 +222,6 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 		transport.AddFloat32s(a.sum, f.Payload)
 	}
 	a.pushes++
-	if a.pushes > s.o.Workers {
-		return fmt.Errorf("ps: tensor %d piece %d shard %d iteration %d pushed %d times by %d workers (worker %d pushed twice?)",
-			f.Key, f.Piece, f.Aux, f.Iteration, a.pushes, s.o.Workers, c.PeerRank())
-	}
 	if s.o.Mode == AnswerPush {
 		a.waiting = append(a.waiting, c)
 	}
@@ -201,14 +238,18 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 	return nil
 }
 
-func (s *Server) pull(c *transport.Conn, h transport.Header) {
-	a := s.lookup(h)
+func (s *Server) pull(c *transport.Conn, h transport.Header) error {
+	a, err := s.lookup(h)
+	if err != nil {
+		return fmt.Errorf("ps: worker %d pulled twice: %w", c.PeerRank(), err)
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.waiting = append(a.waiting, c)
 	if a.complete {
 		s.answer(a)
 	}
+	return nil
 }
 
 // answer sends the sum to every waiting worker; a.mu is held.
@@ -223,9 +264,7 @@ func (s *Server) answer(a *accum) {
 	a.answered += len(a.waiting)
 	a.waiting = a.waiting[:0]
 	if a.answered == s.o.Workers {
-		s.mu.Lock()
-		delete(s.accs, keyOf(h))
-		s.mu.Unlock()
+		s.forget(keyOf(h))
 		s.statsMu.Lock()
 		s.pieces++
 		s.statsMu.Unlock()

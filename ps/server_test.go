@@ -520,9 +520,12 @@ func TestDuplicatePush(t *testing.T) {
 			r := newRig(t, 2, mode)
 			r.push(0, p)
 			r.push(1, p)
+			// Both pushes are handled before the third.
 			if mode == AnswerPush {
 				checkAnswer(t, 0, 2, p, r.next(0))
 				checkAnswer(t, 1, 2, p, r.next(1))
+			} else {
+				r.barrier(piece{key: 99, elems: 1})
 			}
 			r.push(1, p) // a third push by 2 workers
 			select {

@@ -12,7 +12,7 @@ func announceFrame(p sched.Piece) transport.Frame { return cluster.AnnounceFrame
 
 // readLeader passes rank 0's piece announcements to the follower core.
 func (e *Engine) readLeader() {
-	defer e.wg.Done()
+	defer e.readers.Done()
 	for {
 		f, err := e.cfg.Leader.Recv()
 		if err != nil {
@@ -36,7 +36,7 @@ func (e *Engine) readLeader() {
 // watch reads a follower's control connection on the leader, which carries
 // nothing but its goodbye, to notice a lost follower at once.
 func (e *Engine) watch(c *transport.Conn) {
-	defer e.wg.Done()
+	defer e.readers.Done()
 	for {
 		f, err := c.Recv()
 		if err != nil {

@@ -98,7 +98,10 @@ type Engine struct {
 	events chan event
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	wg     sync.WaitGroup
+	wg     sync.WaitGroup // the loop
+	// readers are the goroutines reading connections; they end when the
+	// connections close (see Wait).
+	readers sync.WaitGroup
 
 	// gradsMu guards grads, which readers decode sums into.
 	gradsMu sync.RWMutex
@@ -194,25 +197,41 @@ func New(cfg Config) (*Engine, error) {
 	for l := range e.synced {
 		e.synced[l] = -1
 	}
+	has := make([]bool, layers)
+	for _, t := range cfg.Tensors {
+		has[t.Layer] = true
+	}
+	for l, ok := range has {
+		if !ok {
+			return nil, fmt.Errorf("worker: layer %d has no tensors (layers must be numbered 0..%d without gaps)", l, layers-1)
+		}
+	}
 	e.gate = sync.NewCond(&e.gateMu)
+	e.ctx, e.cancel = context.WithCancelCause(context.Background())
 	return e, nil
 }
 
-// Start runs the engine until ctx ends or a peer fails.
+// Start runs the engine until ctx ends, Stop is called or a peer fails.
 func (e *Engine) Start(ctx context.Context) {
-	e.ctx, e.cancel = context.WithCancelCause(ctx)
+	go func() {
+		select {
+		case <-ctx.Done():
+			e.cancel(context.Cause(ctx))
+		case <-e.ctx.Done():
+		}
+	}()
 	if e.cfg.Arch == PS {
 		for i, c := range e.cfg.Servers {
-			e.wg.Add(1)
+			e.readers.Add(1)
 			go e.readServer(i, c)
 		}
 	}
 	if e.cfg.Leader != nil {
-		e.wg.Add(1)
+		e.readers.Add(1)
 		go e.readLeader()
 	}
 	for _, c := range e.cfg.Followers {
-		e.wg.Add(1)
+		e.readers.Add(1)
 		go e.watch(c)
 	}
 	e.wg.Add(1)
@@ -238,11 +257,14 @@ func (e *Engine) Post(tensor, iteration int, grad []float32) error {
 	if want := e.cfg.Tensors[tensor].Elems; len(grad) != want {
 		return fmt.Errorf("worker: tensor %d %q: gradient has %d elements, want %d", tensor, e.cfg.Tensors[tensor].Name, len(grad), want)
 	}
+	if e.ctx.Err() != nil {
+		return e.stoppedErr()
+	}
 	select {
 	case e.events <- event{kind: evPost, task: taskKey{iter: iteration, tensor: tensor}, grad: grad}:
 		return nil
 	case <-e.ctx.Done():
-		return e.Err()
+		return e.stoppedErr()
 	}
 }
 
@@ -263,6 +285,14 @@ func (e *Engine) WaitLayer(layer, iteration int) error {
 	return e.failed
 }
 
+// stoppedErr is why the engine stopped, for calls made after it did.
+func (e *Engine) stoppedErr() error {
+	if err := e.Err(); err != nil {
+		return err
+	}
+	return fmt.Errorf("worker %d: engine stopped: %w", e.cfg.Rank, context.Cause(e.ctx))
+}
+
 // Err is the error that stopped the engine, if any.
 func (e *Engine) Err() error {
 	e.gateMu.Lock()
@@ -271,7 +301,8 @@ func (e *Engine) Err() error {
 }
 
 // Stop ends the engine, with cause (nil for an orderly end), and waits for
-// its goroutines.
+// its loop. Goroutines reading the connections end when the caller closes
+// the connections; Wait waits for them.
 func (e *Engine) Stop(cause error) {
 	if cause == nil {
 		cause = errStopped
@@ -279,6 +310,10 @@ func (e *Engine) Stop(cause error) {
 	e.cancel(cause)
 	e.wg.Wait()
 }
+
+// Wait waits until every connection reader has returned (after Stop and
+// after the caller closed the connections).
+func (e *Engine) Wait() { e.readers.Wait() }
 
 var errStopped = errors.New("worker: engine stopped")
 
@@ -491,7 +526,7 @@ func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
 
 // readServer decodes sums from one server into the gradients in place.
 func (e *Engine) readServer(idx int, c *transport.Conn) {
-	defer e.wg.Done()
+	defer e.readers.Done()
 	// Sums are decoded into the gradients before the next receive, so one
 	// buffer serves every frame.
 	var buf []byte
