@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/transport"
@@ -57,6 +58,8 @@ type accum struct {
 	answered int
 	// pushed marks the workers that pushed, to refuse a second push.
 	pushed []bool
+	// written counts the answers the connections finished writing.
+	written atomic.Int32
 }
 
 // Server sums pieces for a fixed set of worker connections.
@@ -129,8 +132,13 @@ func (s *Server) Serve(ctx context.Context, conns []*transport.Conn) error {
 
 // read handles one worker's frames until it closes.
 func (s *Server) read(c *transport.Conn) error {
+	// Pushes are received into recycled buffers: a push that only adds
+	// into an accumulator leaves its buffer for the next frame; the first
+	// push of a piece keeps it to carry the answer, which returns it to
+	// the pool once written to every worker.
+	var buf []byte
 	for {
-		f, err := c.Recv()
+		f, err := c.RecvInto(buf)
 		if err != nil {
 			return fmt.Errorf("ps: lost worker %d: %w", c.PeerRank(), err)
 		}
@@ -139,8 +147,17 @@ func (s *Server) read(c *transport.Conn) error {
 		}
 		switch f.Kind {
 		case transport.KindPush:
-			if err := s.push(c, f); err != nil {
+			kept, err := s.push(c, f)
+			if err != nil {
 				return err
+			}
+			if kept {
+				buf = nil
+			} else {
+				buf = f.Payload[:cap(f.Payload)]
+			}
+			if buf == nil {
+				buf = getBuf(int(f.Length))
 			}
 		case transport.KindPull:
 			if err := s.pull(c, f.Header); err != nil {
@@ -189,22 +206,24 @@ func (s *Server) forget(k pieceKey) {
 	}
 }
 
-func (s *Server) push(c *transport.Conn, f transport.Frame) error {
+// push adds f into its piece; kept reports whether the piece kept f's
+// payload (as the buffer its answer will be encoded into).
+func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err error) {
 	if f.Length%4 != 0 {
-		return fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole float32s", c.PeerRank(), f.Length, f.Key, f.Piece)
+		return false, fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole float32s", c.PeerRank(), f.Length, f.Key, f.Piece)
 	}
 	a, err := s.lookup(f.Header)
 	if err != nil {
-		return fmt.Errorf("ps: worker %d pushed twice: %w", c.PeerRank(), err)
+		return false, fmt.Errorf("ps: worker %d pushed twice: %w", c.PeerRank(), err)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := c.PeerRank()
 	if r < 0 || r >= len(a.pushed) {
-		return fmt.Errorf("ps: push from worker %d, outside the %d workers", r, s.o.Workers)
+		return false, fmt.Errorf("ps: push from worker %d, outside the %d workers", r, s.o.Workers)
 	}
 	if a.pushed[r] {
-		return fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
+		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
 	}
 	a.pushed[r] = true
 	n := int(f.Length / 4)
@@ -214,9 +233,9 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 		transport.Float32s(a.sum, f.Payload)
 		a.hdr = f.Header
 		// The first push's buffer will carry the encoded sum back.
-		a.result = f.Payload
+		a.result, kept = f.Payload, true
 	case len(a.sum) != n || a.hdr.Offset != f.Offset:
-		return fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
+		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
 			c.PeerRank(), f.Key, f.Piece, f.Aux, f.Iteration, f.Length, f.Offset, 4*len(a.sum), a.hdr.Offset)
 	default:
 		transport.AddFloat32s(a.sum, f.Payload)
@@ -235,7 +254,7 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) error {
 	s.statsMu.Lock()
 	s.bytesIn += int64(f.Length)
 	s.statsMu.Unlock()
-	return nil
+	return kept, nil
 }
 
 func (s *Server) pull(c *transport.Conn, h transport.Header) error {
@@ -257,9 +276,15 @@ func (s *Server) answer(a *accum) {
 	h := a.hdr
 	h.Kind = transport.KindAggregate
 	h.Length = uint32(len(a.result))
+	result := a.result
 	for _, c := range a.waiting {
-		// A send error surfaces as that connection's Recv error.
-		_ = c.Send(transport.Frame{Header: h, Payload: a.result})
+		// The buffer goes back to the pool once written to every worker. A
+		// send error surfaces as that connection's Recv error.
+		_ = c.SendNotify(transport.Frame{Header: h, Payload: result}, func(error) {
+			if a.written.Add(1) == int32(s.o.Workers) {
+				putBuf(result)
+			}
+		})
 	}
 	a.answered += len(a.waiting)
 	a.waiting = a.waiting[:0]
@@ -284,6 +309,18 @@ func getSum(n int) []float32 {
 }
 
 func putSum(s []float32) { sums.Put(&s) }
+
+// bufs recycles receive buffers (see read).
+var bufs sync.Pool
+
+func getBuf(n int) []byte {
+	if p, ok := bufs.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:cap(*p)]
+	}
+	return nil // RecvInto allocates one of the right size
+}
+
+func putBuf(b []byte) { bufs.Put(&b) }
 
 // Stats returns the pieces fully answered and the payload bytes received.
 func (s *Server) Stats() (pieces, bytesIn int64) {

@@ -16,6 +16,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"unsafe"
 )
 
 // Kind is the type of a frame.
@@ -184,6 +185,10 @@ func PutFloat32s(dst []byte, src []float32) {
 		panic(fmt.Sprintf("transport: PutFloat32s: dst holds %d bytes, need %d for %d floats", len(dst), 4*len(src), len(src)))
 	}
 	dst = dst[:4*len(src)]
+	if littleEndian {
+		copy(dst, floatBytes(src))
+		return
+	}
 	for i, v := range src {
 		binary.LittleEndian.PutUint32(dst[4*i:], math.Float32bits(v))
 	}
@@ -196,9 +201,26 @@ func Float32s(dst []float32, src []byte) {
 		panic(fmt.Sprintf("transport: Float32s: src holds %d bytes, need %d for %d floats", len(src), 4*len(dst), len(dst)))
 	}
 	src = src[:4*len(dst)]
+	if littleEndian {
+		copy(floatBytes(dst), src)
+		return
+	}
 	for i := range dst {
 		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(src[4*i:]))
 	}
+}
+
+// littleEndian is true where float32s in memory already are the wire
+// format, so encoding and decoding are plain copies (a memmove instead of a
+// loop: they were over a third of a parameter server's CPU).
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
+// floatBytes views fs as bytes, without copying.
+func floatBytes(fs []float32) []byte {
+	if len(fs) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&fs[0])), 4*len(fs))
 }
 
 // AddFloat32s adds the len(dst) little-endian float32 values encoded in src

@@ -505,13 +505,13 @@ func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
 		e.shardsLeft[p.PieceID] = len(shards)
 	}
 	for i, sh := range shards {
-		payload := make([]byte, sh.Bytes)
+		payload := getPayload(int(sh.Bytes))
 		transport.PutFloat32s(payload, grad[sh.Offset/4:(sh.Offset+sh.Bytes)/4])
 		h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
 			Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(i),
 			Priority: prio, Offset: uint64(sh.Offset), Length: uint32(sh.Bytes)}
 		c := e.cfg.Servers[sh.Server]
-		if err := c.Send(transport.Frame{Header: h, Payload: payload}); err != nil {
+		if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, func(error) { putPayload(payload) }); err != nil {
 			return fmt.Errorf("worker: push to server %d: %w", sh.Server, err)
 		}
 		if e.cfg.PullMode {
@@ -523,6 +523,19 @@ func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
 	}
 	return nil
 }
+
+// payloads recycles push buffers: a job pushes the same piece sizes every
+// iteration, and fresh megabyte buffers cost page faults and zeroing.
+var payloads sync.Pool
+
+func getPayload(n int) []byte {
+	if p, ok := payloads.Get().(*[]byte); ok && cap(*p) >= n {
+		return (*p)[:n]
+	}
+	return make([]byte, n)
+}
+
+func putPayload(b []byte) { payloads.Put(&b) }
 
 // readServer decodes sums from one server into the gradients in place.
 func (e *Engine) readServer(idx int, c *transport.Conn) {

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -58,6 +59,13 @@ the failed process's error.`,
 			}
 			if _, err := parseVerify(verify); err != nil {
 				return err
+			}
+			var level slog.Level
+			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+			}
+			if peerTimeout <= 0 {
+				return fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
 			}
 			ctx, stop := signalContext()
 			defer stop()

@@ -1,0 +1,353 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/tune"
+)
+
+func newTuneCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tune",
+		Short: "The meta-network auto-tuner: train its weights",
+		Args:  cobra.NoArgs,
+	}
+	cmd.AddCommand(newTuneTrainCmd())
+	return cmd
+}
+
+// tuneTrainFlags are the settings of 'autobyte tune train'.
+type tuneTrainFlags struct {
+	seed             uint64
+	out              string
+	scenarios        int
+	heldOutScenarios int
+	configs          int
+	iterations       int
+	epochs           int
+	hidden           []int
+	heldOut          string
+	parallel         int
+	data             string
+}
+
+func newTuneTrainCmd() *cobra.Command {
+	var f tuneTrainFlags
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train the meta-network on simulated runs and write its weights",
+		Long: `train samples training scenarios (zoo models except the held-out ones,
+architectures, 4-64 workers, servers, 1-100 Gbps, latencies, compute scales),
+simulates a random subset of the candidate grid (partitions 256 KB-64 MB x
+credits 1 MB-1 GB, log-spaced) plus ByteScheduler's default for each, trains
+the meta-network on every pair of runs of a scenario, evaluates it on scenarios
+of the held-out models over the whole grid, and writes the weights with a
+header of how they were made. Equal flags give equal weights.`,
+		Example: `  autobyte tune train --seed 1 --out tune/weights.json`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTuneTrain(f, cmd.ErrOrStderr())
+		},
+	}
+	fs := cmd.Flags()
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed of the scenarios, the configurations sampled and the training")
+	fs.StringVar(&f.out, "out", "tune/weights.json", "weights file to write")
+	fs.IntVar(&f.scenarios, "scenarios", 120, "training scenarios")
+	fs.IntVar(&f.heldOutScenarios, "held-out-scenarios", 12, "evaluation scenarios of the held-out models (whole grid each)")
+	fs.IntVar(&f.configs, "configs", 14, "grid configurations simulated per training scenario (plus ByteScheduler's default)")
+	fs.IntVar(&f.iterations, "iterations", 6, "iterations per simulation")
+	fs.IntVar(&f.epochs, "epochs", 120, "training epochs")
+	fs.IntSliceVar(&f.hidden, "hidden", []int{32, 32}, "hidden layer widths")
+	fs.StringVar(&f.heldOut, "held-out", "resnet101,gpt2", "zoo models kept out of training, to evaluate on")
+	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	fs.StringVar(&f.data, "data", "", "cache of the simulated runs: read it if it exists (and the flags match), else write it")
+	return cmd
+}
+
+func (f tuneTrainFlags) check() error {
+	switch {
+	case f.scenarios < 1:
+		return fmt.Errorf("--scenarios must be >= 1, got %d", f.scenarios)
+	case f.heldOutScenarios < 0:
+		return fmt.Errorf("--held-out-scenarios must be >= 0, got %d", f.heldOutScenarios)
+	case f.configs < 1:
+		return fmt.Errorf("--configs must be >= 1, got %d", f.configs)
+	case f.iterations < 2:
+		return fmt.Errorf("--iterations must be >= 2 (one warm-up), got %d", f.iterations)
+	case f.epochs < 1:
+		return fmt.Errorf("--epochs must be >= 1, got %d", f.epochs)
+	case f.parallel < 1:
+		return fmt.Errorf("--parallel must be >= 1, got %d", f.parallel)
+	}
+	for _, h := range f.hidden {
+		if h < 1 {
+			return fmt.Errorf("--hidden widths must be >= 1, got %d", h)
+		}
+	}
+	return nil
+}
+
+func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	heldOut := splitList(f.heldOut)
+	for _, m := range heldOut {
+		if _, err := model.Get(m); err != nil {
+			return fmt.Errorf("--held-out: %w", err)
+		}
+	}
+	var train []string
+	for _, m := range model.Zoo() {
+		if m != "toy3" && !slices.Contains(heldOut, m) {
+			train = append(train, m)
+		}
+	}
+	if len(train) == 0 {
+		return fmt.Errorf("--held-out %q leaves no zoo model to train on", f.heldOut)
+	}
+	start := time.Now()
+	rng := rand.New(rand.NewPCG(f.seed, 1))
+	grid := tune.Cross(sched.Config{Order: sched.OrderPriority}, tune.DefaultMetaPartitions, tune.DefaultMetaCredits)
+
+	// Training: a random subset of the grid and the default per scenario.
+	var trainJobs []metaJob
+	for i, sc := range tune.SampleMetaScenarios(rng, train, f.scenarios) {
+		cfgs := []sched.Config{defaultConfig(sc.Arch)}
+		for _, j := range rng.Perm(len(grid))[:min(f.configs, len(grid))] {
+			cfgs = append(cfgs, grid[j])
+		}
+		trainJobs = append(trainJobs, metaJob{index: i, scenario: sc, configs: cfgs})
+	}
+	var evalJobs []metaJob
+	if len(heldOut) > 0 {
+		for i, sc := range tune.SampleMetaScenarios(rng, heldOut, f.heldOutScenarios) {
+			evalJobs = append(evalJobs, metaJob{index: i, scenario: sc, configs: append([]sched.Config{defaultConfig(sc.Arch)}, grid...)})
+		}
+	}
+	total := 0
+	for _, j := range append(slices.Clone(trainJobs), evalJobs...) {
+		total += len(j.configs)
+	}
+	fmt.Fprintf(log, "tune train: %d training scenarios of %s, %d held-out scenarios of %s, %d simulations of %d iterations on %d goroutines\n",
+		len(trainJobs), strings.Join(train, ","), len(evalJobs), strings.Join(heldOut, ","), total, f.iterations, f.parallel)
+	trainData, evalData, err := metaData(f, trainJobs, evalJobs, &metaProgress{log: log, total: total, start: start})
+	if err != nil {
+		return err
+	}
+	simS := time.Since(start).Seconds()
+
+	examples := tune.MetaExamples(trainData)
+	fmt.Fprintf(log, "tune train: simulated in %.0f s; training on %d examples, %d epochs\n", simS, len(examples), f.epochs)
+	trainStart := time.Now()
+	m, loss, err := tune.TrainMeta(examples, tune.MetaTrainOptions{Hidden: f.hidden, Epochs: f.epochs, Batch: 64, LR: 3e-3, Seed: f.seed,
+		Progress: func(epoch int, mse float64) {
+			if epoch%10 == 0 || epoch == f.epochs-1 {
+				fmt.Fprintf(log, "tune train: epoch %d/%d mse %.4f (%.0f s)\n", epoch+1, f.epochs, mse, time.Since(trainStart).Seconds())
+			}
+		}})
+	if err != nil {
+		return err
+	}
+	h := &m.Header
+	h.Command = fmt.Sprintf("autobyte tune train --seed %d --scenarios %d --held-out-scenarios %d --configs %d --iterations %d --epochs %d --hidden %s --held-out %s",
+		f.seed, f.scenarios, f.heldOutScenarios, f.configs, f.iterations, f.epochs, intsList(f.hidden), f.heldOut)
+	h.TrainModels, h.HeldOutModels = train, heldOut
+	h.TrainScenarios, h.HeldOutScenarios = len(trainJobs), len(evalJobs)
+	h.Simulations, h.Iterations = total, f.iterations
+	h.TrainLoss = loss
+	h.Partitions, h.Credits = tune.DefaultMetaPartitions, tune.DefaultMetaCredits
+	h.SimulateSeconds = simS
+	h.TrainSeconds = time.Since(trainStart).Seconds()
+	if len(evalData) > 0 {
+		ev := tune.EvaluateMeta(m, evalData)
+		h.HeldOutLoss, h.HeldOutSpearman, h.HeldOutBestGap = ev.MSE, ev.MeanSpearman, ev.MeanBestGap
+		h.HeldOutWorstGap, h.HeldOutWithin5 = ev.WorstBestGap, ev.Within5
+		for _, s := range ev.Scenarios {
+			fmt.Fprintf(log, "tune train: held out %-50s spread %5.1f%% spearman %5.2f best gap %5.1f%%\n", s.Scenario, 100*s.Spread, s.Spearman, 100*s.BestGap)
+		}
+	}
+	fmt.Fprintf(log, "tune train: train mse %.4f; held out: mse %.4f, mean spearman %.3f, mean best gap %.1f%% (worst %.1f%%, %.0f%% within 5%%); %.0f s in all\n",
+		loss, h.HeldOutLoss, h.HeldOutSpearman, 100*h.HeldOutBestGap, 100*h.HeldOutWorstGap, 100*h.HeldOutWithin5, time.Since(start).Seconds())
+	data, err := json.MarshalIndent(m, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(f.out, append(data, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	fmt.Fprintf(log, "tune train: wrote %s\n", f.out)
+	return nil
+}
+
+// metaCache is the --data file: the simulated runs and the flags they
+// were made with.
+type metaCache struct {
+	Key   string                  `json:"key"`
+	Train []tune.MetaScenarioRuns `json:"train"`
+	Eval  []tune.MetaScenarioRuns `json:"eval"`
+}
+
+// metaData simulates the jobs, or reads them from the --data cache.
+func metaData(f tuneTrainFlags, trainJobs, evalJobs []metaJob, prog *metaProgress) (train, eval []tune.MetaScenarioRuns, err error) {
+	key := fmt.Sprintf("seed=%d scenarios=%d held-out-scenarios=%d configs=%d iterations=%d held-out=%s",
+		f.seed, f.scenarios, f.heldOutScenarios, f.configs, f.iterations, f.heldOut)
+	if f.data != "" {
+		if b, err := os.ReadFile(f.data); err == nil {
+			var c metaCache
+			if err := json.Unmarshal(b, &c); err != nil {
+				return nil, nil, fmt.Errorf("--data %s: %w", f.data, err)
+			}
+			if c.Key != key {
+				return nil, nil, fmt.Errorf("--data %s was made with %q, not %q", f.data, c.Key, key)
+			}
+			fmt.Fprintf(prog.log, "tune train: read the simulated runs from %s\n", f.data)
+			return c.Train, c.Eval, nil
+		}
+	}
+	if train, err = simulateMeta(trainJobs, f.iterations, f.parallel, prog); err != nil {
+		return nil, nil, err
+	}
+	if eval, err = simulateMeta(evalJobs, f.iterations, f.parallel, prog); err != nil {
+		return nil, nil, err
+	}
+	if f.data != "" {
+		b, err := json.Marshal(metaCache{Key: key, Train: train, Eval: eval})
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := os.WriteFile(f.data, b, 0o644); err != nil {
+			return nil, nil, fmt.Errorf("--data: %w", err)
+		}
+	}
+	return train, eval, nil
+}
+
+func intsList(xs []int) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprint(x))
+	}
+	return strings.Join(s, ",")
+}
+
+// defaultConfig is ByteScheduler's default configuration for arch.
+func defaultConfig(arch string) sched.Config {
+	if arch == "allreduce" {
+		return sched.Config{PartitionBytes: arPartitionBytes, CreditBytes: arCreditBytes, Order: sched.OrderPriority}
+	}
+	return sched.Config{PartitionBytes: psPartitionBytes, CreditBytes: psCreditBytes, Order: sched.OrderPriority}
+}
+
+// metaJob is one scenario and the configurations to simulate.
+type metaJob struct {
+	index    int
+	scenario tune.MetaScenario
+	configs  []sched.Config
+}
+
+// metaProgress reports simulations done on the log, every few seconds.
+type metaProgress struct {
+	mu    sync.Mutex
+	log   io.Writer
+	total int
+	done  int
+	start time.Time
+	last  time.Time
+}
+
+func (p *metaProgress) add() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.done++
+	if now := time.Now(); now.Sub(p.last) > 5*time.Second || p.done == p.total {
+		p.last = now
+		fmt.Fprintf(p.log, "tune train: simulated %d/%d (%.0f s)\n", p.done, p.total, now.Sub(p.start).Seconds())
+	}
+}
+
+// simulateMeta runs every job's configurations on par goroutines; results
+// are in job and configuration order whatever the interleaving.
+func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress) ([]tune.MetaScenarioRuns, error) {
+	out := make([]tune.MetaScenarioRuns, len(jobs))
+	type task struct{ j, c int }
+	var tasks []task
+	for j, job := range jobs {
+		out[j] = tune.MetaScenarioRuns{Scenario: job.scenario, Runs: make([]tune.MetaRun, len(job.configs))}
+		for c := range job.configs {
+			tasks = append(tasks, task{j, c})
+		}
+	}
+	// Expensive scenarios first, so the last goroutine does not run alone.
+	slices.SortStableFunc(tasks, func(a, b task) int {
+		return jobs[b.j].scenario.Workers - jobs[a.j].scenario.Workers
+	})
+	ch := make(chan int)
+	errs := make([]error, len(tasks))
+	var wg sync.WaitGroup
+	for range par {
+		wg.Go(func() {
+			for i := range ch {
+				t := tasks[i]
+				job := jobs[t.j]
+				r, err := simulateMetaRun(job.scenario, job.configs[t.c], iterations)
+				if err != nil {
+					errs[i] = fmt.Errorf("scenario %d (%s), configuration %+v: %w", job.index, job.scenario, job.configs[t.c], err)
+				}
+				out[t.j].Runs[t.c] = r
+				prog.add()
+			}
+		})
+	}
+	for i := range tasks {
+		ch <- i
+	}
+	close(ch)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// simulateMetaRun simulates one scenario under cfg for the given number of
+// iterations and returns the mean statistics and the steady-state
+// iteration time (parameter servers shard pieces above 4 MB, as the sim
+// command does by default).
+func simulateMetaRun(sc tune.MetaScenario, cfg sched.Config, iterations int) (tune.MetaRun, error) {
+	p, err := model.Get(sc.Model)
+	if err != nil {
+		return tune.MetaRun{}, err
+	}
+	arch, err := sim.ParseArch(sc.Arch)
+	if err != nil {
+		return tune.MetaRun{}, err
+	}
+	o := sim.Options{Profile: p.Scaled(sc.ComputeScale), Arch: arch, Workers: sc.Workers, Servers: sc.Servers,
+		BandwidthBps: sc.BandwidthBps, LatencyS: sc.LatencyS, Sched: cfg, Iterations: iterations}
+	if arch == sim.PS {
+		o.ShardBytes = 4_000_000
+	}
+	r, err := sim.Run(o)
+	if err != nil {
+		return tune.MetaRun{}, err
+	}
+	skip := max(1, len(r.Stats)/5)
+	return tune.MetaRun{Config: cfg, Stats: tune.MeanStats(r.Stats[skip:]), IterationTimeS: r.IterationTimeS}, nil
+}
