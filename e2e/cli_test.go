@@ -1,0 +1,88 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// cleanEnv is the environment without the rendezvous and token variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		switch strings.SplitN(kv, "=", 2)[0] {
+		case "AUTOBYTE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// TestCLIErrors: bad command lines exit 1 at once with one line naming
+// the problem, and start nothing.
+func TestCLIErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want []string // every one must appear in the line
+	}{
+		{[]string{"launch", "--bogus"}, []string{"--bogus"}},
+		{[]string{"launch", "--workers=abc", "--model=toy3"}, []string{"--workers", "abc"}},
+		{[]string{"launch", "--workers=2", "--model=nosuch"}, []string{"nosuch"}},
+		{[]string{"launch", "--workers=2", "--model=toy3", "--verify=some"}, []string{"--verify", "some"}},
+		{[]string{"launch", "--workers=2", "--model=toy3", "--bandwidth=fast"}, []string{"--bandwidth", "fast"}},
+		{[]string{"launch", "--workers=2", "--model=toy3", "--peer-timeout=-1s"}, []string{"--peer-timeout"}},
+		{[]string{"launch", "--workers=2", "--model=toy3", "--log-level=loud"}, []string{"--log-level", "loud"}},
+		{[]string{"worker", "--rank=0", "--workers=2", "--model=toy3", "--master=127.0.0.1:1"}, []string{"token", "--token", "AUTOBYTE_TOKEN"}},
+		{[]string{"worker", "--rank=0", "--workers=2", "--model=toy3", "--token=x"}, []string{"coordinator", "--master", "MASTER_ADDR"}},
+		{[]string{"worker", "--rank=0", "--workers=2", "--model=toy3"}, []string{"--master"}},
+		{[]string{"server", "--index=0", "--workers=2", "--model=toy3", "--master=127.0.0.1:1"}, []string{"token", "--token"}},
+		{[]string{"server", "--index=0", "--workers=2", "--model=toy3", "--token=x"}, []string{"--master"}},
+	}
+	for _, c := range cases {
+		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
+			cmd := exec.Command(bin, c.args...)
+			cmd.Env = cleanEnv()
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			began := time.Now()
+			done := make(chan error, 1)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			go func() { done <- cmd.Wait() }()
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+				t.Fatalf("still running after 10 s (it should fail at once); stderr: %q", stderr.String())
+			}
+			if code := cmd.ProcessState.ExitCode(); code != 1 {
+				t.Errorf("exit status %d, want 1", code)
+			}
+			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			if len(lines) != 1 || lines[0] == "" {
+				t.Errorf("want exactly one line on stderr, got %d: %q", len(lines), stderr.String())
+			}
+			for _, w := range c.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("error %q does not mention %q", strings.TrimSpace(stderr.String()), w)
+				}
+			}
+			// launch must reject its own flags before it starts any process: an
+			// error relayed from a child reads "autobyte: launch: server 0
+			// failed: autobyte: ...".
+			if n := strings.Count(stderr.String(), "autobyte: "); n != 1 {
+				t.Errorf("the error should be launch's own, not relayed from a child process (\"autobyte: \" %d times): %q", n, strings.TrimSpace(stderr.String()))
+			}
+			if stdout.Len() != 0 {
+				t.Errorf("stdout should be empty, got %q", stdout.String())
+			}
+			t.Logf("%.0f ms: %s", time.Since(began).Seconds()*1000, strings.TrimSpace(stderr.String()))
+		})
+	}
+}
