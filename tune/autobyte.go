@@ -1,0 +1,329 @@
+package tune
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/autobyte/autobyte/sched"
+)
+
+// AutoByteOptions configure the meta-network tuner. Zero fields take the
+// defaults stated per field.
+type AutoByteOptions struct {
+	// Meta is the network; nil means DefaultMeta (the shipped weights).
+	// The tuner fine-tunes its own copy, never Meta itself.
+	Meta *Meta
+	// Partitions and Credits span the candidate grid (every pair); default
+	// DefaultMetaPartitions × DefaultMetaCredits.
+	Partitions, Credits []int64
+	// Base gives the candidates' order and admission rule (default
+	// priority order, positive admission: ByteScheduler's).
+	Base sched.Config
+	// Warmup is how many iterations after a configuration takes effect are
+	// not measured (default 1): the pipeline still carries the previous
+	// configuration's effects.
+	Warmup int
+	// Measure is how many iterations are averaged before a decision and to
+	// judge a trial (default 3).
+	Measure int
+	// Every is how many iterations pass between searches while nothing
+	// changes (default 10). A detected change searches at once.
+	Every int
+	// Margin is the predicted gain a candidate needs over the current
+	// configuration to be tried (default 0.03 = 3% shorter iterations).
+	Margin float64
+	// KeepTolerance keeps a tried candidate if its measured time is at
+	// most (1 + KeepTolerance) × the time it replaced (default 0: it must
+	// not be slower).
+	KeepTolerance float64
+	// FineTuneSteps gradient steps on at most FineTuneBatch measured
+	// examples run before each search (default 5 steps of 16 examples, rate
+	// FineTuneRate, default 0.02); Buffer bounds the examples kept (default
+	// 64, oldest dropped). FineTuneSteps < 0 disables fine-tuning.
+	FineTuneSteps int
+	FineTuneBatch int
+	FineTuneRate  float64
+	Buffer        int
+	// Change configures the change detector.
+	Change ChangeOptions
+	// Seed draws the fine-tuning minibatches.
+	Seed uint64
+}
+
+// AutoByteEvent is one thing the tuner did, for logs and tests.
+type AutoByteEvent struct {
+	Iteration int
+	// Kind is "change" (conditions changed: re-search), "search" (the grid
+	// was scored and nothing beat the margin), "try" (a candidate was
+	// proposed), "keep" or "revert" (a trial was judged).
+	Kind   string
+	Config sched.Config
+	// PredictedGain is 1 - predicted time of the best / predicted time of
+	// the current configuration (search, try).
+	PredictedGain float64
+	// MeasuredS is the mean measured time of the configuration judged
+	// (keep, revert), and PreviousS what it replaced.
+	MeasuredS, PreviousS float64
+	// Detail names the changed channel (change).
+	Detail string
+}
+
+// AutoByte is the meta-network tuner (AutoByte's model; this project's
+// design, docs/tuner.md). It measures the configuration in force for a few
+// iterations, scores the candidate grid with the meta-network from the
+// mean statistics, and tries the best candidate only when its predicted
+// gain over the current configuration beats Margin. A tried candidate is
+// kept only if its measured time is no worse than the time it replaced;
+// otherwise the tuner reverts and does not try it again until conditions
+// change. Each measured configuration becomes training examples, and the
+// network takes a few gradient steps on them before every search. A change
+// detector on the bandwidth, the compute time and the iteration time
+// starts a new search as soon as conditions change. It is deterministic
+// for equal options and statistics.
+type AutoByte struct {
+	o       AutoByteOptions
+	meta    *Meta
+	cands   []sched.Config
+	det     *ChangeDetector
+	rng     *rand.Rand
+	buf     []MetaExample
+	events  []AutoByteEvent
+	scores  []float64
+	current sched.Config
+	known   bool // current was read from the statistics
+	// measureFrom is the first iteration to measure: the configuration in
+	// force from then on is current.
+	measureFrom int
+	// pending is the iteration the last proposal applies from.
+	pending int
+	window  []Stats
+	// nextSearch is the iteration from which a search is due.
+	nextSearch int
+	// trial: the configuration tried and what it replaced.
+	trying    bool
+	prev      sched.Config
+	prevStats Stats
+	prevS     float64
+	// tabu are candidates tried and reverted under the current conditions.
+	tabu map[sched.Config]bool
+}
+
+// NewAutoByte returns the tuner; errors name the bad option.
+func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
+	if o.Meta == nil {
+		m, err := DefaultMeta()
+		if err != nil {
+			return nil, err
+		}
+		o.Meta = m
+	}
+	if err := o.Meta.validate(); err != nil {
+		return nil, err
+	}
+	if o.Partitions == nil {
+		o.Partitions = DefaultMetaPartitions
+	}
+	if o.Credits == nil {
+		o.Credits = DefaultMetaCredits
+	}
+	for _, p := range o.Partitions {
+		if p <= 0 {
+			return nil, fmt.Errorf("tune: autobyte partitions must be > 0 bytes, got %d", p)
+		}
+	}
+	for _, c := range o.Credits {
+		if c <= 0 {
+			return nil, fmt.Errorf("tune: autobyte credits must be > 0 bytes, got %d", c)
+		}
+	}
+	if len(o.Partitions) == 0 || len(o.Credits) == 0 {
+		return nil, fmt.Errorf("tune: autobyte needs at least one partition and one credit, got %d and %d", len(o.Partitions), len(o.Credits))
+	}
+	if o.Base == (sched.Config{}) {
+		o.Base = sched.Config{Order: sched.OrderPriority, Admission: sched.AdmitPositive}
+	}
+	ints := []struct {
+		name string
+		v    *int
+		def  int
+	}{{"warm-up", &o.Warmup, 1}, {"measured iterations", &o.Measure, 3}, {"search interval", &o.Every, 10},
+		{"fine-tune steps", &o.FineTuneSteps, 5}, {"fine-tune batch", &o.FineTuneBatch, 16}, {"buffer", &o.Buffer, 64}}
+	for _, f := range ints {
+		if *f.v < 0 && f.name != "fine-tune steps" {
+			return nil, fmt.Errorf("tune: autobyte %s must be >= 0 (0 = default %d), got %d", f.name, f.def, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	floats := []struct {
+		name string
+		v    *float64
+		def  float64
+	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}}
+	for _, f := range floats {
+		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
+			return nil, fmt.Errorf("tune: autobyte %s must be a number >= 0 (0 = default %v), got %v", f.name, f.def, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	for _, p := range o.Partitions {
+		for _, c := range o.Credits {
+			if err := (sched.Config{PartitionBytes: p, CreditBytes: c, Order: o.Base.Order, Admission: o.Base.Admission}).Validate(); err != nil {
+				return nil, fmt.Errorf("tune: autobyte base configuration: %w", err)
+			}
+		}
+	}
+	det, err := NewChangeDetector(o.Change)
+	if err != nil {
+		return nil, err
+	}
+	a := &AutoByte{o: o, meta: o.Meta.Clone(), cands: Cross(o.Base, o.Partitions, o.Credits), det: det,
+		rng: rand.New(rand.NewPCG(o.Seed, 0x6175746f)), measureFrom: o.Warmup, pending: -1, tabu: map[sched.Config]bool{}}
+	return a, nil
+}
+
+// Name returns "autobyte".
+func (*AutoByte) Name() string { return "autobyte" }
+
+// Events returns a copy of what the tuner did so far.
+func (a *AutoByte) Events() []AutoByteEvent { return append([]AutoByteEvent(nil), a.events...) }
+
+// Candidates returns the candidate grid.
+func (a *AutoByte) Candidates() []sched.Config { return append([]sched.Config(nil), a.cands...) }
+
+// Meta returns the tuner's (fine-tuned) network.
+func (a *AutoByte) Meta() *Meta { return a.meta }
+
+// Observe implements Tuner.
+func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
+	it := s.Iteration
+	if !a.known {
+		a.current, a.known = s.Config, true
+	}
+	if it >= a.pending && it <= a.pending+a.o.Warmup {
+		a.det.ConfigChanged()
+	}
+	if changed, what := a.det.Observe(s); changed {
+		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
+		clear(a.tabu)
+		a.trying = false
+		// Measure afresh from this iteration (already under the new
+		// conditions), unless a proposal is still to take effect.
+		a.window = a.window[:0]
+		a.measureFrom = max(it, a.measureFrom)
+		a.nextSearch = it
+	}
+	if it < a.measureFrom {
+		return Proposal{}, false
+	}
+	a.window = append(a.window, s)
+	if len(a.window) > 2*a.o.Measure {
+		a.window = a.window[1:]
+	}
+	if len(a.window) < a.o.Measure {
+		return Proposal{}, false
+	}
+	recent := a.window[len(a.window)-a.o.Measure:]
+	st := MeanStats(recent)
+	if a.trying {
+		return a.judge(it, st)
+	}
+	if it < a.nextSearch {
+		return Proposal{}, false
+	}
+	return a.search(it, st)
+}
+
+// judge keeps or reverts the candidate on trial, now measured as st.
+func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
+	a.trying = false
+	a.learn(st, a.prevStats, a.prevS)
+	a.learn(a.prevStats, st, st.IterationTimeS)
+	a.learn(st, st, st.IterationTimeS)
+	ev := AutoByteEvent{Iteration: it, Config: a.current, MeasuredS: st.IterationTimeS, PreviousS: a.prevS}
+	if st.IterationTimeS <= a.prevS*(1+a.o.KeepTolerance) {
+		ev.Kind = "keep"
+		a.events = append(a.events, ev)
+		a.nextSearch = it + 1 // search again at once: the network learned
+		return Proposal{}, false
+	}
+	ev.Kind = "revert"
+	a.events = append(a.events, ev)
+	a.tabu[a.current] = true
+	a.nextSearch = it + a.o.Every
+	return a.propose(it, a.prev), true
+}
+
+// search scores the grid from st and tries the best candidate if it beats
+// the margin.
+func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
+	a.learn(st, st, st.IterationTimeS)
+	a.fineTune()
+	a.scores = a.meta.Score(a.scores, st, a.cands)
+	cur := a.meta.PredictLog(st, a.current)
+	best := -1
+	for i, c := range a.cands {
+		if a.tabu[c] || c == a.current {
+			continue
+		}
+		if best < 0 || a.scores[i] < a.scores[best] {
+			best = i
+		}
+	}
+	a.nextSearch = it + a.o.Every
+	if best < 0 {
+		return Proposal{}, false
+	}
+	gain := 1 - math.Exp(a.scores[best]-cur)
+	if gain <= a.o.Margin {
+		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "search", Config: a.cands[best], PredictedGain: gain})
+		return Proposal{}, false
+	}
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: a.cands[best], PredictedGain: gain})
+	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
+	return a.propose(it, a.cands[best]), true
+}
+
+// propose puts c in force from the earliest allowed iteration and starts
+// measuring it after the warm-up.
+func (a *AutoByte) propose(it int, c sched.Config) Proposal {
+	from := it + Lead
+	a.current, a.pending = c, from
+	a.measureFrom = from + a.o.Warmup
+	a.window = a.window[:0]
+	return Proposal{Config: c, FromIteration: from}
+}
+
+// learn records that, from statistics state, the configuration of
+// measured (measured.Config) ran at t seconds per iteration.
+func (a *AutoByte) learn(state, measured Stats, t float64) {
+	if a.o.FineTuneSteps < 0 || !(t > 0) || !(ReferenceTimeS(state) > 0) {
+		return
+	}
+	a.buf = append(a.buf, MetaExample{X: MetaFeatures(nil, state, measured.Config), Y: MetaTarget(state, t)})
+	if len(a.buf) > a.o.Buffer {
+		a.buf = a.buf[len(a.buf)-a.o.Buffer:]
+	}
+}
+
+// fineTune takes the configured gradient steps on a minibatch of the
+// buffer (all of it when small).
+func (a *AutoByte) fineTune() {
+	if a.o.FineTuneSteps < 0 || len(a.buf) == 0 {
+		return
+	}
+	batch := a.buf
+	if len(batch) > a.o.FineTuneBatch {
+		batch = make([]MetaExample, a.o.FineTuneBatch)
+		// The newest example always, the rest drawn from the buffer.
+		batch[0] = a.buf[len(a.buf)-1]
+		for i := 1; i < len(batch); i++ {
+			batch[i] = a.buf[a.rng.IntN(len(a.buf))]
+		}
+	}
+	a.meta.FineTune(batch, a.o.FineTuneSteps, a.o.FineTuneRate)
+}

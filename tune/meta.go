@@ -1,0 +1,460 @@
+package tune
+
+// The meta-network: a small multilayer perceptron that predicts, from one
+// window of runtime statistics and a candidate (partition, credit), the
+// iteration time the job would have under the candidate, relative to a
+// reference computed from the same statistics. See docs/tuner.md.
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/autobyte/autobyte/sched"
+)
+
+// MetaFeatureNames name the inputs of the meta-network, in order. Every
+// feature is dimensionless, so one network serves clusters of any speed:
+// sizes are relative to the model's gradient bytes S or to the bytes the
+// link carries during one iteration's compute (B·C), times relative to the
+// reference time or the iteration time.
+//
+// The tensor-size skew and the tensor count are deliberately not inputs:
+// with five training models they identify the model, and the network
+// learned per-model answers that ranked held-out models worse (mean rank
+// correlation 0.69 with them, 0.81 without, in one ablation; docs/tuner.md). The tensor
+// count still enters through the partition relative to the mean tensor.
+var MetaFeatureNames = []string{
+	"log_comm_over_compute",     // log(link bound / compute)
+	"log_workers",               // log(N)
+	"log_workers_per_server",    // log(N/M), 0 for all-reduce
+	"arch_ps",                   // 1 for parameter servers
+	"arch_allreduce",            // 1 for ring all-reduce
+	"overlap",                   // measured fraction of communication overlapping compute
+	"queue_over_iteration",      // measured queueing delay / iteration time
+	"goodput_over_bandwidth",    // measured goodput / link bandwidth
+	"log_inflight_over_model",   // log(mean bytes in flight / S)
+	"log_time_over_reference",   // measured log(iteration time / reference), current config
+	"log_cur_partition_model",   // log(current partition / S)
+	"log_cur_credit_model",      // log(current credit / S)
+	"log_partition_model",       // log(candidate partition / S)
+	"log_credit_model",          // log(candidate credit / S)
+	"log_partition_bdp",         // log(candidate partition / (B·C))
+	"log_credit_bdp",            // log(candidate credit / (B·C))
+	"log_partition_mean_tensor", // log(candidate partition / (S/tensors))
+	"log_credit_over_partition", // log(candidate credit / candidate partition)
+	"log_partition_change",      // log(candidate partition / current partition)
+	"log_credit_change",         // log(candidate credit / current credit)
+}
+
+// metaNumFeatures is len(MetaFeatureNames).
+const metaNumFeatures = 20
+
+// metaMaxRel caps sizes relative to the model: a partition of 0 (none) or
+// above S means whole tensors, a credit of 0 (no window) or above
+// metaMaxRel·S means every piece may start.
+const metaMaxRel = 16
+
+// ReferenceTimeS is the reference the meta-network's target is relative to:
+// the largest of the compute time (forward + backward) and the link bounds
+// that follow from the statistics alone (REFERENCE.md §5): S/B per worker
+// and N·S/(M·B) per server for parameter servers, 2(N-1)/N·S/B for ring
+// all-reduce. It is a lower bound on the iteration time that needs no model
+// profile (sim.LowerBounds' fluid bound needs the per-layer profile, which a
+// tuner does not see). It is 0 when the statistics carry no compute and no
+// bandwidth.
+func ReferenceTimeS(s Stats) float64 {
+	return max(s.ForwardS+s.BackwardS, metaLinkBoundS(s))
+}
+
+// metaLinkBoundS is the communication bound of s (0 without bandwidth).
+func metaLinkBoundS(s Stats) float64 {
+	if !(s.BandwidthBps > 0) {
+		return 0
+	}
+	S, B, N := float64(s.ModelBytes), s.BandwidthBps, float64(s.Workers)
+	if s.Arch == "allreduce" {
+		if s.Workers <= 1 {
+			return 0
+		}
+		return 2 * (N - 1) / N * S / B
+	}
+	b := S / B
+	if s.Servers > 0 {
+		b = max(b, N*S/(float64(s.Servers)*B))
+	}
+	return b
+}
+
+// metaLog is log(x) for x > 0, floored at 1e-9 so that no feature is
+// infinite.
+func metaLog(x float64) float64 {
+	if !(x > 1e-9) {
+		x = 1e-9
+	}
+	return math.Log(x)
+}
+
+// metaSizes returns the partition and credit of c relative to the model's
+// bytes S, with 0 and oversized values capped (see metaMaxRel).
+func metaSizes(c sched.Config, S float64) (part, credit float64) {
+	part, credit = 1, metaMaxRel
+	if c.PartitionBytes > 0 {
+		part = min(float64(c.PartitionBytes)/S, 1)
+	}
+	if c.CreditBytes > 0 {
+		credit = min(float64(c.CreditBytes)/S, metaMaxRel)
+	}
+	return part, credit
+}
+
+// MetaFeatures appends to dst the features of state s (statistics measured
+// under s.Config) and candidate cand, in the order of MetaFeatureNames.
+func MetaFeatures(dst []float64, s Stats, cand sched.Config) []float64 {
+	S := max(float64(s.ModelBytes), 1)
+	C := s.ForwardS + s.BackwardS
+	T := s.IterationTimeS
+	ref := ReferenceTimeS(s)
+	bdp := max(s.BandwidthBps*C, 1)
+	tensors := max(float64(s.Tensors), 1)
+	var perServer, ps, ar float64
+	if s.Arch == "allreduce" {
+		ar = 1
+	} else {
+		ps = 1
+		if s.Servers > 0 {
+			perServer = math.Log(float64(max(s.Workers, 1)) / float64(s.Servers))
+		}
+	}
+	var queue, goodput, eff float64
+	if T > 0 {
+		queue = min(s.QueueDelayS/T, 10)
+		if ref > 0 {
+			eff = metaLog(T / ref)
+		}
+	}
+	if s.BandwidthBps > 0 {
+		goodput = min(s.GoodputBps/s.BandwidthBps, 2)
+	}
+	commRatio := 0.0
+	if C > 0 {
+		commRatio = metaLog(metaLinkBoundS(s) / C)
+	}
+	cp, cc := metaSizes(s.Config, S)
+	p, c := metaSizes(cand, S)
+	return append(dst,
+		commRatio,
+		math.Log(float64(max(s.Workers, 1))),
+		perServer,
+		ps,
+		ar,
+		s.Overlap,
+		queue,
+		goodput,
+		metaLog(s.InFlightBytes/S+1e-3),
+		eff,
+		math.Log(cp),
+		math.Log(cc),
+		math.Log(p),
+		math.Log(c),
+		metaLog(p*S/bdp),
+		metaLog(c*S/bdp),
+		math.Log(p*tensors),
+		math.Log(c/p),
+		math.Log(p/cp),
+		math.Log(c/cc),
+	)
+}
+
+// Meta is a trained meta-network with its input normalisation. Predict and
+// Score are safe for concurrent use; FineTune is not (a tuner owns a Clone).
+type Meta struct {
+	Header MetaHeader `json:"header"`
+	// Features names the inputs (MetaFeatureNames when trained).
+	Features []string `json:"features"`
+	// InMean and InStd standardise the inputs; OutMean and OutStd map the
+	// network's output back to log(iteration time / ReferenceTimeS).
+	InMean  []float64 `json:"in_mean"`
+	InStd   []float64 `json:"in_std"`
+	OutMean float64   `json:"out_mean"`
+	OutStd  float64   `json:"out_std"`
+	// Layers are the dense layers, tanh between them, linear at the end.
+	Layers []MetaLayer `json:"layers"`
+}
+
+// MetaLayer is one dense layer: out = W·in + B, W row-major (Out rows of
+// In columns).
+type MetaLayer struct {
+	In  int       `json:"in"`
+	Out int       `json:"out"`
+	W   []float64 `json:"w"`
+	B   []float64 `json:"b"`
+}
+
+// MetaHeader records how a network was trained and how well it predicts
+// held-out models.
+type MetaHeader struct {
+	Command          string   `json:"command"`
+	Seed             uint64   `json:"seed"`
+	TrainModels      []string `json:"train_models"`
+	HeldOutModels    []string `json:"held_out_models"`
+	TrainScenarios   int      `json:"train_scenarios"`
+	HeldOutScenarios int      `json:"held_out_scenarios"`
+	Simulations      int      `json:"simulations"`
+	Iterations       int      `json:"iterations_per_simulation"`
+	Examples         int      `json:"examples"`
+	Hidden           []int    `json:"hidden"`
+	Epochs           int      `json:"epochs"`
+	TrainLoss        float64  `json:"train_loss_mse_log"`
+	HeldOutLoss      float64  `json:"held_out_loss_mse_log"`
+	HeldOutSpearman  float64  `json:"held_out_mean_spearman"`
+	HeldOutBestGap   float64  `json:"held_out_mean_best_gap"`
+	HeldOutWorstGap  float64  `json:"held_out_worst_best_gap"`
+	HeldOutWithin5   float64  `json:"held_out_fraction_best_within_5pct"`
+	Partitions       []int64  `json:"grid_partitions"`
+	Credits          []int64  `json:"grid_credits"`
+	SimulateSeconds  float64  `json:"simulate_seconds"`
+	TrainSeconds     float64  `json:"train_seconds"`
+}
+
+//go:embed weights.json
+var shippedWeights []byte
+
+// DefaultMeta returns a fresh copy of the network shipped in the binary
+// (tune/weights.json, regenerated by 'autobyte tune train').
+func DefaultMeta() (*Meta, error) {
+	m, err := ParseMeta(shippedWeights)
+	if err != nil {
+		return nil, fmt.Errorf("tune: shipped weights: %w", err)
+	}
+	return m, nil
+}
+
+// ParseMeta reads a network written by Meta.MarshalJSON (the weights file)
+// and checks its shapes.
+func ParseMeta(data []byte) (*Meta, error) {
+	var m Meta
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, fmt.Errorf("tune: meta-network weights: %w", err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
+func (m *Meta) validate() error {
+	if len(m.Features) != metaNumFeatures {
+		return fmt.Errorf("tune: meta-network has %d features, this build computes %d", len(m.Features), metaNumFeatures)
+	}
+	for i, f := range m.Features {
+		if f != MetaFeatureNames[i] {
+			return fmt.Errorf("tune: meta-network feature %d is %q, this build computes %q", i, f, MetaFeatureNames[i])
+		}
+	}
+	if len(m.InMean) != metaNumFeatures || len(m.InStd) != metaNumFeatures {
+		return fmt.Errorf("tune: meta-network normalisation has %d means and %d deviations, want %d", len(m.InMean), len(m.InStd), metaNumFeatures)
+	}
+	for i, s := range m.InStd {
+		if !(s > 0) || math.IsInf(s, 0) {
+			return fmt.Errorf("tune: meta-network feature %d (%s) has deviation %v, want > 0", i, m.Features[i], s)
+		}
+	}
+	if !(m.OutStd > 0) || math.IsInf(m.OutStd, 0) || math.IsNaN(m.OutMean) {
+		return fmt.Errorf("tune: meta-network output scale %v (mean %v), want a deviation > 0", m.OutStd, m.OutMean)
+	}
+	if len(m.Layers) == 0 {
+		return fmt.Errorf("tune: meta-network has no layers")
+	}
+	in := metaNumFeatures
+	for i, l := range m.Layers {
+		if l.In != in || l.Out < 1 || len(l.W) != l.In*l.Out || len(l.B) != l.Out {
+			return fmt.Errorf("tune: meta-network layer %d is %d→%d with %d weights and %d biases, want %d inputs", i, l.In, l.Out, len(l.W), len(l.B), in)
+		}
+		for j, w := range l.W {
+			if math.IsNaN(w) || math.IsInf(w, 0) {
+				return fmt.Errorf("tune: meta-network layer %d weight %d is %v", i, j, w)
+			}
+		}
+		in = l.Out
+	}
+	if in != 1 {
+		return fmt.Errorf("tune: meta-network ends with %d outputs, want 1", in)
+	}
+	return nil
+}
+
+// Clone returns a deep copy of m (to fine-tune without touching m).
+func (m *Meta) Clone() *Meta {
+	c := *m
+	c.Features = append([]string(nil), m.Features...)
+	c.InMean = append([]float64(nil), m.InMean...)
+	c.InStd = append([]float64(nil), m.InStd...)
+	c.Layers = make([]MetaLayer, len(m.Layers))
+	for i, l := range m.Layers {
+		c.Layers[i] = MetaLayer{In: l.In, Out: l.Out, W: append([]float64(nil), l.W...), B: append([]float64(nil), l.B...)}
+	}
+	return &c
+}
+
+// metaScratch holds a forward pass's activations.
+type metaScratch struct {
+	acts [][]float64 // acts[0] = normalised input, acts[i+1] = layer i's output
+}
+
+func (m *Meta) newScratch() *metaScratch {
+	s := &metaScratch{acts: make([][]float64, len(m.Layers)+1)}
+	s.acts[0] = make([]float64, metaNumFeatures)
+	for i, l := range m.Layers {
+		s.acts[i+1] = make([]float64, l.Out)
+	}
+	return s
+}
+
+// forward runs the network on raw features x and returns the normalised
+// output; activations stay in sc.
+func (m *Meta) forward(x []float64, sc *metaScratch) float64 {
+	in := sc.acts[0]
+	for i, v := range x {
+		in[i] = (v - m.InMean[i]) / m.InStd[i]
+	}
+	last := len(m.Layers) - 1
+	for li, l := range m.Layers {
+		out := sc.acts[li+1]
+		for o := 0; o < l.Out; o++ {
+			row := l.W[o*l.In : (o+1)*l.In]
+			z := l.B[o]
+			for j, v := range in {
+				z += row[j] * v
+			}
+			if li < last {
+				z = math.Tanh(z)
+			}
+			out[o] = z
+		}
+		in = out
+	}
+	return in[0]
+}
+
+// PredictLog returns the predicted log(iteration time / ReferenceTimeS(s))
+// of candidate cand, given statistics s measured under s.Config.
+func (m *Meta) PredictLog(s Stats, cand sched.Config) float64 {
+	x := MetaFeatures(make([]float64, 0, metaNumFeatures), s, cand)
+	return m.forward(x, m.newScratch())*m.OutStd + m.OutMean
+}
+
+// Score returns the predicted log(iteration time / reference) of every
+// candidate, given statistics s measured under s.Config; dst is reused if
+// it has the capacity.
+func (m *Meta) Score(dst []float64, s Stats, cands []sched.Config) []float64 {
+	dst = dst[:0]
+	sc := m.newScratch()
+	x := make([]float64, 0, metaNumFeatures)
+	for _, c := range cands {
+		x = MetaFeatures(x[:0], s, c)
+		dst = append(dst, m.forward(x, sc)*m.OutStd+m.OutMean)
+	}
+	return dst
+}
+
+// metaGrad accumulates gradients of the squared error over a batch.
+type metaGrad struct {
+	w, b  [][]float64
+	delta [][]float64 // per layer output
+}
+
+func (m *Meta) newGrad() *metaGrad {
+	g := &metaGrad{}
+	for _, l := range m.Layers {
+		g.w = append(g.w, make([]float64, len(l.W)))
+		g.b = append(g.b, make([]float64, len(l.B)))
+		g.delta = append(g.delta, make([]float64, l.Out))
+	}
+	return g
+}
+
+func (g *metaGrad) zero() {
+	for i := range g.w {
+		clear(g.w[i])
+		clear(g.b[i])
+	}
+}
+
+// accumulate adds the gradient of (out - y)² / 2 for one example, where y
+// is the normalised target, and returns the squared error.
+func (m *Meta) accumulate(x []float64, y float64, sc *metaScratch, g *metaGrad) float64 {
+	out := m.forward(x, sc)
+	e := out - y
+	last := len(m.Layers) - 1
+	g.delta[last][0] = e
+	for li := last; li >= 0; li-- {
+		l := m.Layers[li]
+		d := g.delta[li]
+		in := sc.acts[li]
+		gw, gb := g.w[li], g.b[li]
+		for o := 0; o < l.Out; o++ {
+			gb[o] += d[o]
+			row := gw[o*l.In : (o+1)*l.In]
+			for j, v := range in {
+				row[j] += d[o] * v
+			}
+		}
+		if li == 0 {
+			break
+		}
+		// Back through layer li's weights and the tanh of layer li-1.
+		prev := g.delta[li-1]
+		for j := range prev {
+			var s float64
+			for o := 0; o < l.Out; o++ {
+				s += l.W[o*l.In+j] * d[o]
+			}
+			a := in[j]
+			prev[j] = s * (1 - a*a)
+		}
+	}
+	return e * e
+}
+
+// MetaExample is one training pair: features (MetaFeatures) and the target
+// log(iteration time / reference).
+type MetaExample struct {
+	X []float64
+	Y float64
+}
+
+// FineTune takes steps plain gradient steps of rate lr on the mean squared
+// error over examples (targets as for PredictLog) and returns the mean
+// squared error (in log units) before the first step. It changes m; a tuner
+// fine-tunes its own Clone. Its cost is steps × len(examples) forward and
+// backward passes.
+func (m *Meta) FineTune(examples []MetaExample, steps int, lr float64) float64 {
+	if len(examples) == 0 || steps < 1 {
+		return 0
+	}
+	sc, g := m.newScratch(), m.newGrad()
+	var first float64
+	for step := range steps {
+		g.zero()
+		var loss float64
+		for _, ex := range examples {
+			loss += m.accumulate(ex.X, (ex.Y-m.OutMean)/m.OutStd, sc, g)
+		}
+		if step == 0 {
+			first = loss / float64(len(examples)) * m.OutStd * m.OutStd
+		}
+		scale := lr / float64(len(examples))
+		for li := range m.Layers {
+			l := &m.Layers[li]
+			for j := range l.W {
+				l.W[j] -= scale * g.w[li][j]
+			}
+			for j := range l.B {
+				l.B[j] -= scale * g.b[li][j]
+			}
+		}
+	}
+	return first
+}

@@ -1,0 +1,433 @@
+package tune
+
+// Offline training of the meta-network. The data come from simulated runs
+// (the caller runs them: this package does not know the simulator), one
+// run per (scenario, configuration); every ordered pair of runs of a
+// scenario is one example: the statistics measured under the first run's
+// configuration, the second's configuration as the candidate, and the
+// second's measured iteration time as the target.
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/autobyte/autobyte/sched"
+)
+
+// MetaScenario is one job to simulate for training or evaluation data.
+type MetaScenario struct {
+	Model   string `json:"model"`
+	Arch    string `json:"arch"` // "ps" or "allreduce"
+	Workers int    `json:"workers"`
+	// Servers is the number of parameter servers (0 for all-reduce).
+	Servers      int     `json:"servers"`
+	BandwidthBps float64 `json:"bandwidth_bps"`
+	LatencyS     float64 `json:"latency_s"`
+	// ComputeScale multiplies the model's compute times (2 = half as fast).
+	ComputeScale float64 `json:"compute_scale"`
+}
+
+func (s MetaScenario) String() string {
+	return fmt.Sprintf("%s %s %dw/%ds %.3gGbps %.0fus x%.2g", s.Model, s.Arch, s.Workers, s.Servers, s.BandwidthBps*8/1e9, s.LatencyS*1e6, s.ComputeScale)
+}
+
+// MetaRun is one configuration's run of a scenario: the statistics averaged
+// over its steady-state iterations (MeanStats) and its steady-state
+// iteration time.
+type MetaRun struct {
+	Config         sched.Config
+	Stats          Stats
+	IterationTimeS float64
+}
+
+// MetaScenarioRuns are the runs of one scenario.
+type MetaScenarioRuns struct {
+	Scenario MetaScenario
+	Runs     []MetaRun
+}
+
+// MetaLogSpace returns n sizes spaced evenly in log between lo and hi
+// (both included), each rounded to a multiple of 1 KB (1024 bytes).
+func MetaLogSpace(lo, hi int64, n int) []int64 {
+	if n == 1 {
+		return []int64{lo}
+	}
+	out := make([]int64, n)
+	r := math.Log(float64(hi) / float64(lo))
+	for i := range out {
+		v := float64(lo) * math.Exp(r*float64(i)/float64(n-1))
+		out[i] = max(1, int64(math.Round(v/1024))) * 1024
+	}
+	return out
+}
+
+// DefaultMetaPartitions and DefaultMetaCredits span the candidate grid of
+// the meta-tuner: 6 partitions from 256 KB to 64 MB and 7 credits from 1 MB
+// to 1 GB, log-spaced.
+var (
+	DefaultMetaPartitions = MetaLogSpace(256<<10, 64<<20, 6)
+	DefaultMetaCredits    = MetaLogSpace(1<<20, 1<<30, 7)
+)
+
+// SampleMetaScenarios draws n scenarios: a model of models, an
+// architecture, 4–64 workers (log-uniform), for parameter servers N/4, N/2
+// or N servers, a bandwidth of 1–100 Gbps (log-uniform), a latency of
+// 10–100 µs (log-uniform) and a compute scale of 0.5–4 (log-uniform).
+func SampleMetaScenarios(rng *rand.Rand, models []string, n int) []MetaScenario {
+	logU := func(lo, hi float64) float64 { return lo * math.Exp(rng.Float64()*math.Log(hi/lo)) }
+	var out []MetaScenario
+	for range n {
+		s := MetaScenario{Model: models[rng.IntN(len(models))], Arch: "ps"}
+		if rng.IntN(2) == 1 {
+			s.Arch = "allreduce"
+		}
+		s.Workers = int(math.Round(logU(4, 64)))
+		if s.Arch == "ps" {
+			s.Servers = max(1, s.Workers/[]int{1, 2, 4}[rng.IntN(3)])
+		}
+		s.BandwidthBps = logU(1e9, 100e9) / 8
+		s.LatencyS = logU(10e-6, 100e-6)
+		s.ComputeScale = logU(0.5, 4)
+		out = append(out, s)
+	}
+	return out
+}
+
+// MeanStats averages the measured fields of ss (the iteration, context and
+// configuration are the last one's). It is what the meta-network sees of a
+// window of iterations.
+func MeanStats(ss []Stats) Stats {
+	if len(ss) == 0 {
+		return Stats{}
+	}
+	m := ss[len(ss)-1]
+	n := float64(len(ss))
+	m.IterationTimeS, m.ForwardS, m.BackwardS, m.BandwidthBps = 0, 0, 0, 0
+	m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes = 0, 0, 0, 0
+	for _, s := range ss {
+		m.IterationTimeS += s.IterationTimeS / n
+		m.ForwardS += s.ForwardS / n
+		m.BackwardS += s.BackwardS / n
+		m.BandwidthBps += s.BandwidthBps / n
+		m.GoodputBps += s.GoodputBps / n
+		m.QueueDelayS += s.QueueDelayS / n
+		m.Overlap += s.Overlap / n
+		m.InFlightBytes += s.InFlightBytes / n
+	}
+	return m
+}
+
+// MetaTarget is the training target of a run measured at iteration time t
+// under statistics s: log(t / ReferenceTimeS(s)).
+func MetaTarget(s Stats, t float64) float64 { return metaLog(t / ReferenceTimeS(s)) }
+
+// MetaExamples turns the runs into examples: every ordered pair (a, b) of
+// runs of a scenario, a's statistics as the state and b's configuration
+// and time as candidate and target.
+func MetaExamples(data []MetaScenarioRuns) []MetaExample {
+	var out []MetaExample
+	for _, d := range data {
+		for _, a := range d.Runs {
+			for _, b := range d.Runs {
+				out = append(out, MetaExample{X: MetaFeatures(nil, a.Stats, b.Config), Y: MetaTarget(a.Stats, b.IterationTimeS)})
+			}
+		}
+	}
+	return out
+}
+
+// MetaTrainOptions configure TrainMeta.
+type MetaTrainOptions struct {
+	// Hidden are the hidden layers' widths (tanh).
+	Hidden []int
+	Epochs int
+	Batch  int
+	// LR is Adam's step size; it decays linearly to LR/10 over the epochs.
+	LR   float64
+	Seed uint64
+	// Progress, if set, is called after every epoch with the epoch's mean
+	// squared error (log units).
+	Progress func(epoch int, mse float64)
+}
+
+// TrainMeta fits a network to the examples with Adam on the mean squared
+// error of the normalised target, from weights drawn with Seed (Glorot
+// uniform) and minibatches shuffled with Seed: equal inputs give equal
+// weights. It returns the network and its final mean squared error on the
+// examples (log units).
+func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, error) {
+	if len(examples) == 0 {
+		return nil, 0, fmt.Errorf("tune: no training examples")
+	}
+	if o.Epochs < 1 || o.Batch < 1 || !(o.LR > 0) {
+		return nil, 0, fmt.Errorf("tune: training needs epochs >= 1, batch >= 1 and a positive rate, got %d, %d, %v", o.Epochs, o.Batch, o.LR)
+	}
+	for i, ex := range examples {
+		if len(ex.X) != metaNumFeatures {
+			return nil, 0, fmt.Errorf("tune: example %d has %d features, want %d", i, len(ex.X), metaNumFeatures)
+		}
+		if math.IsNaN(ex.Y) || math.IsInf(ex.Y, 0) {
+			return nil, 0, fmt.Errorf("tune: example %d has target %v", i, ex.Y)
+		}
+		for j, v := range ex.X {
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return nil, 0, fmt.Errorf("tune: example %d feature %d (%s) is %v", i, j, MetaFeatureNames[j], v)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(o.Seed, 0x6d657461))
+	m := &Meta{Features: slices.Clone(MetaFeatureNames), InMean: make([]float64, metaNumFeatures), InStd: make([]float64, metaNumFeatures)}
+	n := float64(len(examples))
+	for _, ex := range examples {
+		for j, v := range ex.X {
+			m.InMean[j] += v / n
+		}
+		m.OutMean += ex.Y / n
+	}
+	for _, ex := range examples {
+		for j, v := range ex.X {
+			d := v - m.InMean[j]
+			m.InStd[j] += d * d / n
+		}
+		m.OutStd += (ex.Y - m.OutMean) * (ex.Y - m.OutMean) / n
+	}
+	for j := range m.InStd {
+		m.InStd[j] = math.Sqrt(m.InStd[j])
+		if m.InStd[j] < 1e-6 {
+			m.InStd[j] = 1 // a constant feature
+		}
+	}
+	m.OutStd = max(math.Sqrt(m.OutStd), 1e-6)
+	in := metaNumFeatures
+	for _, h := range append(slices.Clone(o.Hidden), 1) {
+		l := MetaLayer{In: in, Out: h, W: make([]float64, in*h), B: make([]float64, h)}
+		a := math.Sqrt(6 / float64(in+h))
+		for i := range l.W {
+			l.W[i] = (2*rng.Float64() - 1) * a
+		}
+		m.Layers = append(m.Layers, l)
+		in = h
+	}
+
+	// Adam state.
+	g := m.newGrad()
+	mw, vw, mb, vb := m.newGrad(), m.newGrad(), m.newGrad(), m.newGrad()
+	const beta1, beta2, eps = 0.9, 0.999, 1e-8
+	sc := m.newScratch()
+	order := make([]int, len(examples))
+	for i := range order {
+		order[i] = i
+	}
+	ys := make([]float64, len(examples))
+	for i, ex := range examples {
+		ys[i] = (ex.Y - m.OutMean) / m.OutStd
+	}
+	t := 0
+	for epoch := range o.Epochs {
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		lr := o.LR * (1 - 0.9*float64(epoch)/float64(max(o.Epochs-1, 1)))
+		var sum float64
+		for start := 0; start < len(order); start += o.Batch {
+			batch := order[start:min(start+o.Batch, len(order))]
+			g.zero()
+			for _, i := range batch {
+				sum += m.accumulate(examples[i].X, ys[i], sc, g)
+			}
+			t++
+			c1, c2 := 1-math.Pow(beta1, float64(t)), 1-math.Pow(beta2, float64(t))
+			bn := float64(len(batch))
+			step := func(p, grad, mom, vel []float64) {
+				for j := range p {
+					gr := grad[j] / bn
+					mom[j] = beta1*mom[j] + (1-beta1)*gr
+					vel[j] = beta2*vel[j] + (1-beta2)*gr*gr
+					p[j] -= lr * (mom[j] / c1) / (math.Sqrt(vel[j]/c2) + eps)
+				}
+			}
+			for li := range m.Layers {
+				step(m.Layers[li].W, g.w[li], mw.w[li], vw.w[li])
+				step(m.Layers[li].B, g.b[li], mb.b[li], vb.b[li])
+			}
+		}
+		if o.Progress != nil {
+			o.Progress(epoch, sum/n*m.OutStd*m.OutStd)
+		}
+	}
+	// The loss of the final weights (the epoch's sum mixes weights).
+	var final float64
+	for i, ex := range examples {
+		e := m.forward(ex.X, sc) - ys[i]
+		final += e * e
+	}
+	final = final / n * m.OutStd * m.OutStd
+	m.Header.Hidden = slices.Clone(o.Hidden)
+	m.Header.Epochs = o.Epochs
+	m.Header.Seed = o.Seed
+	m.Header.Examples = len(examples)
+	m.Header.TrainLoss = final
+	return m, final, nil
+}
+
+// MetaScenarioEval is how well a network ranks one scenario's runs.
+type MetaScenarioEval struct {
+	Scenario MetaScenario `json:"scenario"`
+	// Spearman is the rank correlation between predicted and measured
+	// iteration times over the runs, averaged over every run taken as the
+	// current state (NaN when the measured times are all equal).
+	Spearman float64 `json:"spearman"`
+	// BestGap is the measured time of the predicted best over the measured
+	// best, minus 1, averaged over every run taken as the current state.
+	BestGap float64 `json:"best_gap"`
+	// Spread is the worst measured time over the best, minus 1.
+	Spread float64 `json:"spread"`
+}
+
+// MetaMinSpread is the spread (worst over best time, minus 1) a scenario
+// needs for its rank correlation to count in MetaEval.MeanSpearman.
+const MetaMinSpread = 0.02
+
+// MetaEval summarises a network's predictions over scenarios.
+type MetaEval struct {
+	Scenarios []MetaScenarioEval `json:"scenarios"`
+	// MeanSpearman is over the scenarios whose Spread is at least
+	// MetaMinSpread: where every configuration is within a percent or two
+	// of the others, their order is noise and choosing does not matter.
+	MeanSpearman float64 `json:"mean_spearman"`
+	// Ranked counts those scenarios.
+	Ranked       int     `json:"ranked"`
+	MeanBestGap  float64 `json:"mean_best_gap"`
+	WorstBestGap float64 `json:"worst_best_gap"`
+	// Within5 is the fraction of scenarios whose BestGap is <= 5%.
+	Within5 float64 `json:"within_5pct"`
+	// MSE is the mean squared error of the log target over every pair.
+	MSE float64 `json:"mse"`
+}
+
+// EvaluateMeta scores every scenario's runs from every run's statistics
+// and compares the predictions with the measured times.
+func EvaluateMeta(m *Meta, data []MetaScenarioRuns) MetaEval {
+	var ev MetaEval
+	var nSp, nPairs, within int
+	cands := make([]sched.Config, 0)
+	var pred []float64
+	for _, d := range data {
+		cands = cands[:0]
+		truth := make([]float64, len(d.Runs))
+		for i, r := range d.Runs {
+			cands = append(cands, r.Config)
+			truth[i] = r.IterationTimeS
+		}
+		best, worst := slices.Min(truth), slices.Max(truth)
+		se := MetaScenarioEval{Scenario: d.Scenario, Spread: worst/best - 1}
+		var sp, gap float64
+		spN := 0
+		for _, a := range d.Runs {
+			pred = m.Score(pred, a.Stats, cands)
+			for i, p := range pred {
+				e := p - MetaTarget(a.Stats, truth[i])
+				ev.MSE += e * e
+				nPairs++
+			}
+			if r := Spearman(pred, truth); !math.IsNaN(r) {
+				sp += r
+				spN++
+			}
+			gap += truth[metaArgMin(pred)]/best - 1
+		}
+		se.BestGap = gap / float64(len(d.Runs))
+		se.Spearman = math.NaN()
+		if spN > 0 {
+			se.Spearman = sp / float64(spN)
+			if se.Spread >= MetaMinSpread {
+				ev.MeanSpearman += se.Spearman
+				nSp++
+			}
+		}
+		ev.MeanBestGap += se.BestGap
+		ev.WorstBestGap = max(ev.WorstBestGap, se.BestGap)
+		if se.BestGap <= 0.05 {
+			within++
+		}
+		ev.Scenarios = append(ev.Scenarios, se)
+	}
+	ev.Ranked = nSp
+	if nSp > 0 {
+		ev.MeanSpearman /= float64(nSp)
+	}
+	if n := len(data); n > 0 {
+		ev.MeanBestGap /= float64(n)
+		ev.Within5 = float64(within) / float64(n)
+	}
+	if nPairs > 0 {
+		ev.MSE /= float64(nPairs)
+	}
+	return ev
+}
+
+// argMin is the index of the smallest value (the first on ties).
+func metaArgMin(xs []float64) int {
+	b := 0
+	for i, x := range xs {
+		if x < xs[b] {
+			b = i
+		}
+	}
+	return b
+}
+
+// Spearman is the rank correlation of x and y (ties get their mean rank);
+// NaN when either is constant or they differ in length.
+func Spearman(x, y []float64) float64 {
+	if len(x) != len(y) || len(x) < 2 {
+		return math.NaN()
+	}
+	rx, ry := metaRanks(x), metaRanks(y)
+	n := float64(len(x))
+	var mx, my float64
+	for i := range rx {
+		mx += rx[i] / n
+		my += ry[i] / n
+	}
+	var sxy, sxx, syy float64
+	for i := range rx {
+		dx, dy := rx[i]-mx, ry[i]-my
+		sxy += dx * dy
+		sxx += dx * dx
+		syy += dy * dy
+	}
+	if sxx == 0 || syy == 0 {
+		return math.NaN()
+	}
+	return sxy / math.Sqrt(sxx*syy)
+}
+
+// metaRanks returns the ranks of xs (0-based, ties averaged).
+func metaRanks(xs []float64) []float64 {
+	idx := make([]int, len(xs))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		switch {
+		case xs[a] < xs[b]:
+			return -1
+		case xs[a] > xs[b]:
+			return 1
+		}
+		return 0
+	})
+	r := make([]float64, len(xs))
+	for i := 0; i < len(idx); {
+		j := i
+		for j+1 < len(idx) && xs[idx[j+1]] == xs[idx[i]] {
+			j++
+		}
+		for k := i; k <= j; k++ {
+			r[idx[k]] = float64(i+j) / 2
+		}
+		i = j + 1
+	}
+	return r
+}
