@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/autobyte/autobyte/sched"
@@ -59,7 +60,7 @@ func NewMetrics(role string, rank int) *Metrics {
 		epoch:        prometheus.NewGauge(prometheus.GaugeOpts(f("config_epoch", "Configuration epoch of the most recent piece."))),
 	}
 	reg.MustRegister(m.iteration, m.lastIter, m.queueDelay, m.commTime, m.pieces, m.bytesStarted, m.creditInUse, m.epoch,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

@@ -37,18 +37,13 @@ func (e *Engine) readLeader() {
 // nothing but its goodbye, to notice a lost follower at once.
 func (e *Engine) watch(c *transport.Conn) {
 	defer e.readers.Done()
-	for {
-		f, err := c.Recv()
-		if err != nil {
-			if e.ctx.Err() == nil {
-				e.fail(fmt.Errorf("worker 0: lost worker %d: %w", c.PeerRank(), err))
-			}
-			return
+	f, err := c.Recv()
+	switch {
+	case err != nil:
+		if e.ctx.Err() == nil {
+			e.fail(fmt.Errorf("worker 0: lost worker %d: %w", c.PeerRank(), err))
 		}
-		if cluster.IsBye(f) {
-			return
-		}
+	case !cluster.IsBye(f):
 		e.fail(fmt.Errorf("worker 0: worker %d sent an unexpected %v frame on the control connection", c.PeerRank(), f.Kind))
-		return
 	}
 }

@@ -357,9 +357,8 @@ func (e *Engine) handle(ev event) error {
 		if e.cfg.Observer != nil {
 			e.postedAt[ev.task] = time.Now()
 		}
-		left, ok := e.layerLeft[ev.task.iter]
-		if !ok {
-			left = make([]int, len(e.synced))
+		if _, ok := e.layerLeft[ev.task.iter]; !ok {
+			left := make([]int, len(e.synced))
 			for _, t := range e.cfg.Tensors {
 				left[t.Layer]++
 			}
