@@ -87,6 +87,19 @@ func TestChangingConditions(t *testing.T) {
 	if n := len(grid["configs"].([]any)); n < 3 {
 		t.Errorf("grid tuner applied %d configurations, want the initial one and both candidates", n)
 	}
+	// The meta-network tuner re-configures after the drop and beats the
+	// default configuration kept through it.
+	ab := simJSON(t, append(base, "--bandwidth-trace", "0:10Gbps,10:1Gbps", "--tuner", "autobyte")...)
+	if n := len(ab["configs"].([]any)); n < 2 {
+		t.Errorf("autobyte tuner never re-configured: configs %v", ab["configs"])
+	}
+	if ab["mean_iteration_time_s"].(float64) >= drop["mean_iteration_time_s"].(float64) {
+		t.Errorf("autobyte tuner mean %v, default configuration %v", ab["mean_iteration_time_s"], drop["mean_iteration_time_s"])
+	}
+	bo := simJSON(t, append(base, "--tuner", "bo", "--bo-trial", "6")...)
+	if n := len(bo["configs"].([]any)); n < 2 {
+		t.Errorf("bo tuner never proposed: configs %v", bo["configs"])
+	}
 }
 
 func TestByteSchedulerDefaults(t *testing.T) {

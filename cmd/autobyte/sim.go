@@ -63,8 +63,14 @@ iteration time next to lower bounds for the same job.`,
 					return fmt.Errorf("--tuner bo: %w", err)
 				}
 				o.Tuner = bo
+			case "autobyte":
+				ab, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Sched.Admission}, Seed: f.seed})
+				if err != nil {
+					return fmt.Errorf("--tuner autobyte: %w", err)
+				}
+				o.Tuner = ab
 			default:
-				return fmt.Errorf("unknown --tuner %q (want static, grid or bo; the meta-network tuner is not wired yet)", tuner)
+				return fmt.Errorf("unknown --tuner %q (want static, grid, bo or autobyte)", tuner)
 			}
 			var tf *os.File
 			if traceFile != "" {
@@ -98,7 +104,7 @@ iteration time next to lower bounds for the same job.`,
 	f.register(cmd)
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
-	cmd.Flags().StringVar(&tuner, "tuner", "static", "static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best) or bo (ByteScheduler's one-shot Bayesian optimisation: 15 trials, then frozen)")
+	cmd.Flags().StringVar(&tuner, "tuner", "static", "static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best) bo (ByteScheduler's one-shot Bayesian optimisation: 15 trials, then frozen) or autobyte (the meta-network tuner, which follows changes)")
 	cmd.Flags().StringVar(&gridParts, "grid-partitions", "1MB,4MB,16MB", "grid tuner: partition sizes")
 	cmd.Flags().StringVar(&gridCredits, "grid-credits", "4MB,16MB,64MB", "grid tuner: credit sizes")
 	cmd.Flags().IntVar(&gridTrial, "grid-trial", 5, "grid tuner: iterations per candidate")
