@@ -52,6 +52,8 @@ type accum struct {
 	// result is the encoded sum once complete (the first push's buffer).
 	result   []byte
 	complete bool
+	// inPlace: sum is a view of result, so the sum needs no encoding.
+	inPlace bool
 	// waiting are the workers whose answer is due once result is set.
 	waiting []*transport.Conn
 	// answered counts the answers sent; the piece is forgotten at Workers.
@@ -229,10 +231,16 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	n := int(f.Length / 4)
 	switch {
 	case a.pushes == 0:
-		a.sum = getSum(n)
-		transport.Float32s(a.sum, f.Payload)
+		// The first push's buffer carries the sum back. Where it can be
+		// viewed as float32s, the sum accumulates in it directly (no
+		// decode, no encode); otherwise in a pooled accumulator.
+		if view, ok := transport.FloatView(f.Payload); ok {
+			a.sum, a.inPlace = view, true
+		} else {
+			a.sum = getSum(n)
+			transport.Float32s(a.sum, f.Payload)
+		}
 		a.hdr = f.Header
-		// The first push's buffer will carry the encoded sum back.
 		a.result, kept = f.Payload, true
 	case len(a.sum) != n || a.hdr.Offset != f.Offset:
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
@@ -245,8 +253,10 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 		a.waiting = append(a.waiting, c)
 	}
 	if a.pushes == s.o.Workers {
-		transport.PutFloat32s(a.result, a.sum)
-		putSum(a.sum)
+		if !a.inPlace {
+			transport.PutFloat32s(a.result, a.sum)
+			putSum(a.sum)
+		}
 		a.sum = nil
 		a.complete = true
 		s.answer(a)

@@ -215,6 +215,31 @@ func Float32s(dst []float32, src []byte) {
 // loop: they were over a third of a parameter server's CPU).
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
+// FloatView returns b's wire-format float32s as a []float32 sharing b's
+// memory, when this machine's float32s are the wire format and b is
+// aligned for them; ok is false otherwise (decode with Float32s instead).
+// Summing into the view sums into b, which can then be sent as it is.
+func FloatView(b []byte) (fs []float32, ok bool) {
+	if !littleEndian || len(b)%4 != 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%4 != 0 {
+		return nil, false
+	}
+	if len(b) == 0 {
+		return []float32{}, true
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4), true
+}
+
+// WireBytes returns fs as wire-format bytes sharing fs's memory, when this
+// machine's float32s are the wire format; ok is false otherwise (encode
+// with PutFloat32s instead). Sending the view sends fs without a copy, so
+// fs must not change until the frame is written.
+func WireBytes(fs []float32) (b []byte, ok bool) {
+	if !littleEndian {
+		return nil, false
+	}
+	return floatBytes(fs), true
+}
+
 // floatBytes views fs as bytes, without copying.
 func floatBytes(fs []float32) []byte {
 	if len(fs) == 0 {

@@ -504,13 +504,24 @@ func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
 		e.shardsLeft[p.PieceID] = len(shards)
 	}
 	for i, sh := range shards {
-		payload := getPayload(int(sh.Bytes))
-		transport.PutFloat32s(payload, grad[sh.Offset/4:(sh.Offset+sh.Bytes)/4])
+		// The gradient itself goes out where it is already in wire format:
+		// its sum only arrives (and overwrites it) after every worker's push
+		// was written, ours included.
+		src := grad[sh.Offset/4 : (sh.Offset+sh.Bytes)/4]
+		payload, zeroCopy := transport.WireBytes(src)
+		if !zeroCopy {
+			payload = getPayload(int(sh.Bytes))
+			transport.PutFloat32s(payload, src)
+		}
 		h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
 			Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(i),
 			Priority: prio, Offset: uint64(sh.Offset), Length: uint32(sh.Bytes)}
 		c := e.cfg.Servers[sh.Server]
-		if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, func(error) { putPayload(payload) }); err != nil {
+		var done func(error)
+		if !zeroCopy {
+			done = func(error) { putPayload(payload) }
+		}
+		if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, done); err != nil {
 			return fmt.Errorf("worker: push to server %d: %w", sh.Server, err)
 		}
 		if e.cfg.PullMode {
@@ -539,19 +550,31 @@ func putPayload(b []byte) { payloads.Put(&b) }
 // readServer decodes sums from one server into the gradients in place.
 func (e *Engine) readServer(idx int, c *transport.Conn) {
 	defer e.readers.Done()
-	// Sums are decoded into the gradients before the next receive, so one
-	// buffer serves every frame.
+	// Sums are received straight into the gradients they replace where the
+	// wire format allows; otherwise into one reused buffer, decoded before
+	// the next receive.
 	var buf []byte
+	dest := func(h transport.Header) []byte {
+		if h.Kind == transport.KindAggregate && h.Length%4 == 0 {
+			e.gradsMu.RLock()
+			grad, ok := e.grads[taskKey{iter: int(h.Iteration), tensor: int(h.Key)}]
+			e.gradsMu.RUnlock()
+			lo, hi := h.Offset/4, (h.Offset+uint64(h.Length))/4
+			if ok && hi <= uint64(len(grad)) {
+				if b, ok := transport.WireBytes(grad[lo:hi]); ok {
+					return b
+				}
+			}
+		}
+		return buf
+	}
 	for {
-		f, err := c.RecvInto(buf)
+		f, err := c.RecvTo(dest)
 		if err != nil {
 			if e.ctx.Err() == nil {
 				e.fail(fmt.Errorf("worker %d: lost parameter server %d: %w", e.cfg.Rank, idx, err))
 			}
 			return
-		}
-		if cap(f.Payload) > cap(buf) {
-			buf = f.Payload[:cap(f.Payload)]
 		}
 		if f.Kind != transport.KindAggregate {
 			e.fail(fmt.Errorf("worker %d: server %d sent an unexpected %v frame", e.cfg.Rank, idx, f.Kind))
@@ -567,7 +590,12 @@ func (e *Engine) readServer(idx int, c *transport.Conn) {
 				e.cfg.Rank, idx, f.Key, f.Iteration, f.Offset, f.Offset+uint64(f.Length)))
 			return
 		}
-		transport.Float32s(grad[lo:hi], f.Payload)
+		if b, ok := transport.WireBytes(grad[lo:hi]); !ok || len(f.Payload) == 0 || &b[0] != &f.Payload[0] {
+			transport.Float32s(grad[lo:hi], f.Payload)
+			if cap(f.Payload) > cap(buf) {
+				buf = f.Payload[:cap(f.Payload)]
+			}
+		}
 		e.send(event{kind: evShard, piece: sched.Piece{PieceID: sched.PieceID{Iteration: int(f.Iteration), Tensor: int(f.Key), Index: int(f.Piece)}}})
 	}
 }
