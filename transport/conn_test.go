@@ -215,8 +215,16 @@ func TestHandshakeAndRoundTrip(t *testing.T) {
 	if err != nil || f.Kind != KindAggregate || f.Rank != 2 || len(f.Payload) != 0 {
 		t.Fatalf("got %+v, %v", f, err)
 	}
-	sent, _ := cli.Stats()
-	_, recvd := srv.Stats()
+	// The sender goroutine counts a write once writev returns, which may
+	// be just after the peer already read it: allow it a moment.
+	var sent, recvd int64
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+		sent, _ = cli.Stats()
+		_, recvd = srv.Stats()
+		if sent >= int64(HeaderSize+len(payload)) && recvd >= int64(HeaderSize+len(payload)) || time.Now().After(deadline) {
+			break
+		}
+	}
 	if sent < int64(HeaderSize+len(payload)) || recvd < int64(HeaderSize+len(payload)) {
 		t.Fatalf("stats: client sent %d, server received %d, want >= %d", sent, recvd, HeaderSize+len(payload))
 	}
