@@ -13,19 +13,14 @@ import "fmt"
 //
 // Like Scheduler it is a pure state machine and not safe for concurrent use.
 type Follower struct {
-	cfg     Config
-	pending []pending
-	maxIter int
-	posted  bool
+	postLog
+	cfg Config
 	// announced holds the leader's started pieces this worker has not
 	// started yet, in the leader's order.
 	announced []Piece
 	head      int
 	ready     map[taskID]bool // tasks whose gradient is ready here
-	// postedNow holds the tensors posted for iteration maxIter, to refuse
-	// a task posted twice even after it finished.
-	postedNow map[int]bool
-	tasks     map[taskID]int // pieces of each started task not yet done
+	tasks     map[taskID]int  // pieces of each started task not yet done
 	inflight  map[PieceID]int64
 
 	inflightBytes, available int64
@@ -37,24 +32,14 @@ func NewFollower(cfg Config) (*Follower, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{}, postedNow: map[int]bool{},
+	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{},
 		tasks: map[taskID]int{}, inflight: map[PieceID]int64{}}, nil
 }
 
 // Reconfigure changes the credit window for tasks of iteration from and
 // later, with the same rules as Scheduler.Reconfigure.
 func (f *Follower) Reconfigure(cfg Config, from int) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if f.posted && from <= f.maxIter {
-		return fmt.Errorf("sched: configuration change from iteration %d comes too late: iteration %d already posted", from, f.maxIter)
-	}
-	if n := len(f.pending); n > 0 && from <= f.pending[n-1].from {
-		return fmt.Errorf("sched: configuration change from iteration %d must come after the pending one from iteration %d", from, f.pending[n-1].from)
-	}
-	f.pending = append(f.pending, pending{cfg: cfg, from: from})
-	return nil
+	return f.schedule(cfg, from)
 }
 
 // Announce tells the follower that the leader started piece p.
@@ -64,26 +49,15 @@ func (f *Follower) Announce(p Piece) {
 
 // Post records that task t's gradient is ready on this worker.
 func (f *Follower) Post(t Task) error {
-	if t.Bytes <= 0 {
-		return fmt.Errorf("sched: task of tensor %d iteration %d: size must be > 0 bytes, got %d", t.Tensor, t.Iteration, t.Bytes)
+	due, err := f.record(t)
+	if err != nil {
+		return err
 	}
-	if f.posted && t.Iteration < f.maxIter {
-		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, f.maxIter)
+	for _, cfg := range due {
+		f.cfg = cfg
+		f.available = f.cfg.CreditBytes - f.inflightBytes
 	}
 	id := taskID{iteration: t.Iteration, tensor: t.Tensor}
-	if t.Iteration != f.maxIter || !f.posted {
-		clear(f.postedNow)
-	}
-	if f.postedNow[t.Tensor] {
-		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
-	}
-	f.posted, f.maxIter = true, t.Iteration
-	f.postedNow[t.Tensor] = true
-	for len(f.pending) > 0 && f.pending[0].from <= t.Iteration {
-		f.cfg = f.pending[0].cfg
-		f.available = f.cfg.CreditBytes - f.inflightBytes
-		f.pending = f.pending[1:]
-	}
 	f.ready[id] = true
 	return nil
 }

@@ -130,11 +130,6 @@ type Piece struct {
 	seq   uint64
 }
 
-type pending struct {
-	cfg  Config
-	from int
-}
-
 // PieceCount is how many pieces a tensor of size bytes is cut into under a
 // partition size: ceil(size/partition), at most one per element, and 1 when
 // partition is 0 (no partitioning) or not smaller than the tensor.
@@ -158,18 +153,13 @@ func PieceBytes(size, elemBytes, count, i int64) int64 {
 
 // Scheduler is the core state machine. Create one with New.
 type Scheduler struct {
+	postLog
 	cfg      Config
 	epoch    int
-	pending  []pending // sorted by from, strictly increasing
-	maxIter  int       // highest iteration posted so far
-	posted   bool
 	ready    pieceHeap
 	inflight map[PieceID]int64
 	// tasks counts the pieces of each posted task not yet done.
 	tasks map[taskID]int
-	// postedNow holds the tensors posted for iteration maxIter, to refuse
-	// a task posted twice even after it finished.
-	postedNow map[int]bool
 	// inflightBytes is the sum of inflight; available is the remaining
 	// credit, which may go negative under AdmitPositive.
 	inflightBytes int64
@@ -182,7 +172,7 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int), postedNow: make(map[int]bool)}
+	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int)}
 	s.ready.order = cfg.Order
 	s.available = cfg.CreditBytes
 	return s, nil
@@ -197,48 +187,27 @@ func (s *Scheduler) Config() (Config, int) { return s.cfg, s.epoch }
 // be proposed in increasing order of from, and from must be later than every
 // iteration already posted.
 func (s *Scheduler) Reconfigure(cfg Config, from int) error {
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	if s.posted && from <= s.maxIter {
-		return fmt.Errorf("sched: configuration change from iteration %d comes too late: iteration %d already posted", from, s.maxIter)
-	}
-	if n := len(s.pending); n > 0 && from <= s.pending[n-1].from {
-		return fmt.Errorf("sched: configuration change from iteration %d must come after the pending one from iteration %d", from, s.pending[n-1].from)
-	}
-	s.pending = append(s.pending, pending{cfg: cfg, from: from})
-	return nil
+	return s.schedule(cfg, from)
 }
 
 // Post queues the pieces of task t. Tasks must be posted in non-decreasing
 // iteration order, each (iteration, tensor) once.
 func (s *Scheduler) Post(t Task) error {
-	if t.Bytes <= 0 {
-		return fmt.Errorf("sched: task of tensor %d iteration %d: size must be > 0 bytes, got %d", t.Tensor, t.Iteration, t.Bytes)
-	}
 	elem := int64(t.ElemBytes)
 	if elem == 0 {
 		elem = DefaultElemBytes
 	}
-	if elem < 0 || t.Bytes%elem != 0 {
+	if t.Bytes > 0 && (elem < 0 || t.Bytes%elem != 0) {
 		return fmt.Errorf("sched: task of tensor %d iteration %d: size %d bytes is not a whole number of %d-byte elements", t.Tensor, t.Iteration, t.Bytes, elem)
 	}
-	if s.posted && t.Iteration < s.maxIter {
-		return fmt.Errorf("sched: task of tensor %d posted for iteration %d after iteration %d", t.Tensor, t.Iteration, s.maxIter)
+	due, err := s.record(t)
+	if err != nil {
+		return err
+	}
+	for _, cfg := range due {
+		s.apply(cfg)
 	}
 	tid := taskID{iteration: t.Iteration, tensor: t.Tensor}
-	if t.Iteration != s.maxIter || !s.posted {
-		clear(s.postedNow)
-	}
-	if s.postedNow[t.Tensor] {
-		return fmt.Errorf("sched: task of tensor %d iteration %d posted twice", t.Tensor, t.Iteration)
-	}
-	s.posted, s.maxIter = true, t.Iteration
-	s.postedNow[t.Tensor] = true
-	for len(s.pending) > 0 && s.pending[0].from <= t.Iteration {
-		s.apply(s.pending[0].cfg)
-		s.pending = s.pending[1:]
-	}
 	count := PieceCount(t.Bytes, elem, s.cfg.PartitionBytes)
 	s.tasks[tid] = int(count)
 	var off int64
