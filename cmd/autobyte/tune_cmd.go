@@ -27,6 +27,7 @@ func newTuneCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 	}
 	cmd.AddCommand(newTuneTrainCmd())
+	cmd.AddCommand(newTuneEvalCmd())
 	return cmd
 }
 

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"runtime"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/tuneeval"
+)
+
+func newTuneEvalCmd() *cobra.Command {
+	var o tuneeval.Options
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "Run every tuner on a scenario suite in the simulator; write a results table and plots",
+		Long: `eval simulates every scenario of the suite (zoo models on parameter servers and
+ring all-reduce, steady and changing bandwidth, a straggler) under fifo,
+ByteScheduler's defaults, bo (ByteScheduler's one-shot Bayesian optimisation,
+trials scaled by --bo-trial), autobyte (the meta-network tuner), the best static
+configuration in hindsight and a per-phase oracle (both over the autobyte
+tuner's candidate grid). It writes results.md, results.json and, per scenario,
+NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
+		Example: `  autobyte tune eval --out eval/
+  autobyte tune eval --quick --out /tmp/eval`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.Log = cmd.ErrOrStderr()
+			rep, err := tuneeval.Evaluate(o)
+			if err != nil {
+				return err
+			}
+			if err := tuneeval.Write(rep, o.Out); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tune eval: %d scenarios in %.0f s; wrote %s/results.md, results.json and plots\n", len(rep.Scenarios), rep.ElapsedS, o.Out)
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Out, "out", "tune-eval", "directory for results.md, results.json and the PNG plots")
+	fs.BoolVar(&o.Quick, "quick", false, "run the small quick suite (2 short scenarios) instead of the default one")
+	fs.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick); the apply delay is max(2, this/10)")
+	fs.StringVar(&o.Only, "only", "", "comma-separated scenario names to run (default all)")
+	return cmd
+}

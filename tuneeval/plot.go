@@ -1,0 +1,139 @@
+package tuneeval
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/sim"
+)
+
+// Plot writes NAME-time.png (iteration time over the run, one line per
+// tuner) and NAME-config.png (partition and credit in force over the run,
+// log scale, one line per tuner but fifo) into dir.
+func Plot(s *ScenarioResult, dir string) error {
+	name := s.Scenario.Name
+	p := plot.New()
+	p.Title.Text = name + ": iteration time"
+	p.X.Label.Text = "iteration"
+	p.Y.Label.Text = "iteration time (s)"
+	p.Legend.Top = true
+	for i, r := range s.Runs {
+		xy := make(plotter.XYs, len(r.IterationTimesS))
+		for k, t := range r.IterationTimesS {
+			xy[k] = plotter.XY{X: float64(k), Y: t}
+		}
+		if err := addLine(p, i, legend(s, r), xy, plotter.NoStep); err != nil {
+			return err
+		}
+	}
+	addPhaseLines(p, s)
+	if err := p.Save(10*vg.Inch, 5*vg.Inch, filepath.Join(dir, name+"-time.png")); err != nil {
+		return err
+	}
+
+	part, cred := plot.New(), plot.New()
+	part.Title.Text = name + ": configuration in force"
+	part.Y.Label.Text = "partition (bytes)"
+	cred.Y.Label.Text = "credit (bytes)"
+	cred.X.Label.Text = "iteration"
+	for _, q := range []*plot.Plot{part, cred} {
+		q.Y.Scale = plot.LogScale{}
+		q.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		q.Legend.Top = true
+	}
+	n := s.Scenario.Iterations
+	for i, r := range s.Runs {
+		if r.Tuner == Fifo {
+			continue // whole tensors, no credit: nothing to draw on a log scale
+		}
+		pxy, cxy := make(plotter.XYs, n), make(plotter.XYs, n)
+		for k := range n {
+			c := configAt(r.Configs, k)
+			pxy[k] = plotter.XY{X: float64(k), Y: float64(c.PartitionBytes)}
+			cxy[k] = plotter.XY{X: float64(k), Y: float64(c.CreditBytes)}
+		}
+		if err := addLine(part, i, legend(s, r), pxy, plotter.PostStep); err != nil {
+			return err
+		}
+		if err := addLine(cred, i, legend(s, r), cxy, plotter.PostStep); err != nil {
+			return err
+		}
+	}
+	addPhaseLines(part, s)
+	addPhaseLines(cred, s)
+	img := vgimg.New(10*vg.Inch, 8*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(8)}
+	plots := [][]*plot.Plot{{part}, {cred}}
+	canvases := plot.Align(plots, tiles, dc)
+	part.Draw(canvases[0][0])
+	cred.Draw(canvases[1][0])
+	f, err := os.Create(filepath.Join(dir, name+"-config.png"))
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func legend(s *ScenarioResult, r TunerRun) string {
+	if r.Tuner == BO {
+		last := r.Configs[len(r.Configs)-1]
+		return fmt.Sprintf("bo (last change at %d: %s)", last.FromIteration, ConfigString(last.Config))
+	}
+	if r.Tuner == BestStatic {
+		return "best static " + ConfigString(s.BestStaticConfig)
+	}
+	return r.Tuner
+}
+
+func addLine(p *plot.Plot, i int, name string, xy plotter.XYs, step plotter.StepKind) error {
+	l, err := plotter.NewLine(xy)
+	if err != nil {
+		return err
+	}
+	l.StepStyle = step
+	l.Color = plotutil.Color(i)
+	l.Width = vg.Points(1.2)
+	if i >= 4 {
+		l.Dashes = []vg.Length{vg.Points(4), vg.Points(2)}
+	}
+	p.Add(l)
+	p.Legend.Add(name, l)
+	return nil
+}
+
+// addPhaseLines marks the phase boundaries with grey vertical lines.
+func addPhaseLines(p *plot.Plot, s *ScenarioResult) {
+	for _, ph := range s.Phases[1:] {
+		x := float64(ph.From)
+		g := &plotter.Line{XYs: plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}}}
+		g.Color = plotutil.Color(7)
+		g.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
+		g.Width = vg.Points(0.8)
+		p.Add(g)
+	}
+}
+
+func configAt(cs []sim.ConfigChange, k int) sched.Config {
+	c := cs[0].Config
+	for _, ch := range cs[1:] {
+		if ch.FromIteration > k {
+			break
+		}
+		c = ch.Config
+	}
+	return c
+}

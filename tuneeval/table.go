@@ -1,0 +1,152 @@
+package tuneeval
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/units"
+)
+
+// Write writes results.md, results.json and the plots of every scenario
+// (NAME-time.png, NAME-config.png) into dir, creating it.
+func Write(rep *Report, dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	var md strings.Builder
+	if err := WriteMarkdown(&md, rep); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	js, err := json.MarshalIndent(rep, "", " ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	for i := range rep.Scenarios {
+		if err := Plot(&rep.Scenarios[i], dir); err != nil {
+			return fmt.Errorf("plots of %s: %w", rep.Scenarios[i].Scenario.Name, err)
+		}
+	}
+	return nil
+}
+
+// ConfigString is "PARTITION/CREDIT", "fifo" for the unscheduled
+// configuration.
+func ConfigString(c sched.Config) string {
+	if c == (sched.Config{}) {
+		return "fifo"
+	}
+	f := func(b int64, zero string) string {
+		if b == 0 {
+			return zero
+		}
+		return strings.ReplaceAll(units.FormatBytes(b), " ", "")
+	}
+	return f(c.PartitionBytes, "whole") + "/" + f(c.CreditBytes, "∞")
+}
+
+// WriteMarkdown writes the results table, the per-phase table and the
+// acceptance summary.
+func WriteMarkdown(w io.Writer, rep *Report) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# autobyte tune eval: %s suite\n\n", rep.Suite)
+	fmt.Fprintf(&b, "%d scenarios; best static and oracle over the autobyte grid (%d configurations); bo trials of %d iterations + %d apply delay (15 trials: %d iterations of exploration); %.0f s on %d goroutines.\n\n",
+		len(rep.Scenarios), rep.Candidates, rep.BOTrial, rep.BOApplyDelay, 15*(rep.BOTrial+rep.BOApplyDelay), rep.ElapsedS, rep.Parallel)
+	b.WriteString("Mean iteration time over the whole run, in seconds. `vs best static`: autobyte's mean relative to the best static configuration in hindsight. `vs oracle`: autobyte's steady-state time (last quarter of each phase) relative to the per-phase oracle's, worst phase. `settle`: iterations autobyte took after each change to stay within 5% of its phase's steady value.\n\n")
+	b.WriteString("| scenario | fifo | bytescheduler | bo | autobyte | best static | oracle | autobyte vs best static | autobyte vs oracle (settled) | settle after changes | best static | oracle configs | bo last config (frozen after exploring) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
+	for _, s := range rep.Scenarios {
+		fmt.Fprintf(&b, "| %s |", s.Scenario.Name)
+		for _, t := range Tuners {
+			fmt.Fprintf(&b, " %.4f |", s.Run(t).MeanIterationTimeS)
+		}
+		fmt.Fprintf(&b, " %+.1f%% | %+.1f%% | %s | %s | %s | %s |\n", s.AutoVsBestStaticPct, s.AutoVsOraclePct,
+			settleString(s), ConfigString(s.BestStaticConfig), configsString(s.OracleConfigs), boFrozen(s))
+	}
+	b.WriteString("\nPer phase: steady-state time (s) of autobyte, oracle and best static, and iterations for autobyte to settle.\n\n")
+	b.WriteString("| scenario | phase | autobyte | oracle | best static | bo | autobyte vs oracle | autobyte settle |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range rep.Scenarios {
+		ab, or, bs, bo := s.Run(AutoByte), s.Run(OracleName), s.Run(BestStatic), s.Run(BO)
+		for p, ph := range s.Phases {
+			fmt.Fprintf(&b, "| %s | %d–%d | %.4f | %.4f | %.4f | %.4f | %+.1f%% | %d |\n", s.Scenario.Name, ph.From, ph.To,
+				ab.PhaseSteadyS[p], or.PhaseSteadyS[p], bs.PhaseSteadyS[p], bo.PhaseSteadyS[p], pct(ab.PhaseSteadyS[p], or.PhaseSteadyS[p]), ab.SettleIterations[p])
+		}
+	}
+	b.WriteString("\n## Against the acceptance\n\n")
+	worst, worstName := math.Inf(-1), ""
+	var changing, gain15 []string
+	var oracleMiss, settleMiss []string
+	for _, s := range rep.Scenarios {
+		if s.AutoVsBestStaticPct > worst {
+			worst, worstName = s.AutoVsBestStaticPct, s.Scenario.Name
+		}
+		if s.Scenario.Changing() {
+			changing = append(changing, s.Scenario.Name)
+			if s.AutoVsBestStaticPct <= -15 {
+				gain15 = append(gain15, s.Scenario.Name)
+			}
+		}
+		if s.AutoVsOraclePct > 5 {
+			oracleMiss = append(oracleMiss, fmt.Sprintf("%s (%+.1f%%)", s.Scenario.Name, s.AutoVsOraclePct))
+		}
+		if s.AutoSettleMax > 30 {
+			settleMiss = append(settleMiss, fmt.Sprintf("%s (%d)", s.Scenario.Name, s.AutoSettleMax))
+		}
+	}
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	fmt.Fprintf(&b, "- never more than 3%% worse than the best static: %s (worst %+.1f%%, %s)\n", verdict(worst <= 3), worst, worstName)
+	fmt.Fprintf(&b, "- at least 15%% better than the best static where conditions change: %s (%d of %d changing scenarios)\n", verdict(len(gain15) == len(changing)), len(gain15), len(changing))
+	fmt.Fprintf(&b, "- within 5%% of the per-phase oracle once settled: %s%s\n", verdict(len(oracleMiss) == 0), listed(oracleMiss))
+	fmt.Fprintf(&b, "- settles within 30 iterations after a change: %s%s\n", verdict(len(settleMiss) == 0), listed(settleMiss))
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func listed(xs []string) string {
+	if len(xs) == 0 {
+		return ""
+	}
+	return " (missed: " + strings.Join(xs, ", ") + ")"
+}
+
+func settleString(s ScenarioResult) string {
+	if len(s.Phases) < 2 {
+		return "–"
+	}
+	var out []string
+	for _, n := range s.Run(AutoByte).SettleIterations[1:] {
+		out = append(out, fmt.Sprint(n))
+	}
+	return strings.Join(out, ", ")
+}
+
+func configsString(cs []sched.Config) string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, ConfigString(c))
+	}
+	return strings.Join(out, " → ")
+}
+
+// boFrozen is BO's last configuration and the iteration it applied from.
+func boFrozen(s ScenarioResult) string {
+	cs := s.Run(BO).Configs
+	last := cs[len(cs)-1]
+	return fmt.Sprintf("%s from %d", ConfigString(last.Config), last.FromIteration)
+}

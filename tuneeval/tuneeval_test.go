@@ -1,0 +1,226 @@
+package tuneeval
+
+import (
+	"bytes"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/tune"
+)
+
+// TestOracleBeatsEveryStaticPerPhase: on a small changing scenario, the
+// oracle's mean over each phase (after its first Lead iterations) is no
+// worse than any static candidate's.
+func TestOracleBeatsEveryStaticPerPhase(t *testing.T) {
+	s := QuickSuite()[0]
+	if !s.Changing() {
+		t.Fatalf("quick scenario %s should change", s.Name)
+	}
+	o, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands := Candidates()
+	_, statics, err := sim.BestStatic(o, cands)
+	if err != nil {
+		t.Fatal(err)
+	}
+	phases := s.Phases()
+	if len(phases) != 3 {
+		t.Fatalf("phases %v, want 3", phases)
+	}
+	cfgs := OracleConfigs(statics, cands, phases)
+	o.Sched = cfgs[0]
+	o.Tuner = NewOracle(phases, cfgs)
+	r, err := sim.Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, ph := range phases {
+		from := ph.From + tune.Lead
+		got := mean(r.IterationTimesS[from:ph.To])
+		for c, st := range statics {
+			if want := mean(st.IterationTimesS[from:ph.To]); got > want*(1+1e-9) {
+				t.Errorf("phase %d %v: oracle %.6f s > static candidate %d (%s) %.6f s", p, ph, got, c, ConfigString(cands[c]), want)
+			}
+		}
+	}
+	// The oracle switched where the best configuration changed.
+	for p := 1; p < len(phases); p++ {
+		if cfgs[p] != cfgs[p-1] && configAt(r.Configs, phases[p].From) != cfgs[p] {
+			t.Errorf("phase %d: configuration %+v in force, want %+v", p, configAt(r.Configs, phases[p].From), cfgs[p])
+		}
+	}
+}
+
+func quick(t *testing.T, par int) *Report {
+	t.Helper()
+	rep, err := Evaluate(Options{Out: t.TempDir(), Quick: true, Parallel: par})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep.ElapsedS = 0
+	rep.Parallel = 0
+	return rep
+}
+
+// TestEvaluateDeterministic: equal options give equal reports, whatever the
+// parallelism.
+func TestEvaluateDeterministic(t *testing.T) {
+	a, err := json.Marshal(quick(t, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(quick(t, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a, b) {
+		t.Fatal("two runs of the quick suite differ")
+	}
+}
+
+// TestQuickEndToEnd runs the quick suite and checks the table, the JSON and
+// the plots.
+func TestQuickEndToEnd(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "out")
+	rep, err := Evaluate(Options{Out: dir, Quick: true, Parallel: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(rep, dir); err != nil {
+		t.Fatal(err)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "results.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range QuickSuite() {
+		if !strings.Contains(string(md), "| "+s.Name+" |") {
+			t.Errorf("results.md has no row for %s:\n%s", s.Name, md)
+		}
+		for _, kind := range []string{"time", "config"} {
+			path := filepath.Join(dir, s.Name+"-"+kind+".png")
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			img, err := png.Decode(f)
+			f.Close()
+			if err != nil {
+				t.Fatalf("%s: %v", path, err)
+			}
+			if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+				t.Errorf("%s is %v", path, b)
+			}
+		}
+	}
+	var back Report
+	js, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(js, &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Scenarios) != len(QuickSuite()) {
+		t.Fatalf("results.json has %d scenarios", len(back.Scenarios))
+	}
+	for _, s := range back.Scenarios {
+		if len(s.Runs) != len(Tuners) {
+			t.Errorf("%s: %d runs, want %d", s.Scenario.Name, len(s.Runs), len(Tuners))
+		}
+		for _, r := range s.Runs {
+			if len(r.IterationTimesS) != s.Scenario.Iterations || !(r.MeanIterationTimeS > 0) {
+				t.Errorf("%s/%s: %d times, mean %v", s.Scenario.Name, r.Tuner, len(r.IterationTimesS), r.MeanIterationTimeS)
+			}
+		}
+		// The best static configuration is no worse than ByteScheduler's
+		// default nor the oracle's per-phase choices over the whole run
+		// by much; fifo is the slowest scheduled baseline here.
+		if bs, d := s.Run(BestStatic).MeanIterationTimeS, s.Run(ByteScheduler).MeanIterationTimeS; bs > d*1.01 {
+			t.Errorf("%s: best static %.4f s slower than bytescheduler %.4f s", s.Scenario.Name, bs, d)
+		}
+	}
+}
+
+// TestBadOptions: each bad option errors and names its value.
+func TestBadOptions(t *testing.T) {
+	for _, c := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Out: "", Parallel: 1}, `--out must name a directory, got ""`},
+		{Options{Out: "x", Parallel: 0}, "--parallel must be >= 1, got 0"},
+		{Options{Out: "x", Parallel: -3}, "got -3"},
+		{Options{Out: "x", Parallel: 1, BOTrial: 3}, "--bo-trial must be >= 6 iterations (BO drops 5 per trial), got 3"},
+		{Options{Out: "x", Parallel: 1, Only: "resnet50-ps-8w-steady,nope"}, `--only: unknown scenario "nope"`},
+	} {
+		err := c.o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: error %v, want %q", c.o, err, c.want)
+		}
+		if _, err := Evaluate(c.o); err == nil {
+			t.Errorf("%+v: Evaluate did not fail", c.o)
+		}
+	}
+}
+
+// TestSuite: the default suite has at least 12 valid scenarios with unique
+// names covering both architectures, steady and changing bandwidth and a
+// straggler.
+func TestSuite(t *testing.T) {
+	suite := DefaultSuite()
+	if len(suite) < 12 {
+		t.Fatalf("%d scenarios", len(suite))
+	}
+	seen := map[string]bool{}
+	var ps, ar, ch, st, strag int
+	for _, s := range suite {
+		if seen[s.Name] {
+			t.Errorf("duplicate %s", s.Name)
+		}
+		seen[s.Name] = true
+		if _, err := s.Options(); err != nil {
+			t.Error(err)
+		}
+		switch {
+		case s.Arch == "ps":
+			ps++
+		default:
+			ar++
+		}
+		if s.Changing() {
+			ch++
+			if len(s.Phases()) != 3 {
+				t.Errorf("%s: phases %v", s.Name, s.Phases())
+			}
+		} else {
+			st++
+		}
+		if len(s.Stragglers) > 0 {
+			strag++
+		}
+	}
+	if ps == 0 || ar == 0 || ch == 0 || st == 0 || strag == 0 {
+		t.Errorf("ps %d allreduce %d changing %d steady %d straggler %d", ps, ar, ch, st, strag)
+	}
+}
+
+// TestSettle checks the settle and steady-state rules on a hand-made series.
+func TestSettle(t *testing.T) {
+	times := []float64{5, 5, 3, 1.2, 1.04, 1, 1, 0.97, 1, 1, 1, 1}
+	ph := Phase{From: 2, To: 12}
+	st := SteadyMean(times, ph) // last 2 of 10
+	if st != 1 {
+		t.Fatalf("steady %v", st)
+	}
+	if got := Settle(times, ph, st); got != 2 { // iteration 4 onwards
+		t.Fatalf("settle %d, want 2", got)
+	}
+}
