@@ -1,9 +1,11 @@
 package tune
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/autobyte/autobyte/sched"
 )
@@ -31,8 +33,16 @@ type AutoByteOptions struct {
 	// changes (default 10). A detected change searches at once.
 	Every int
 	// Margin is the predicted gain a candidate needs over the current
-	// configuration to be tried (default 0.03 = 3% shorter iterations).
+	// configuration to be tried by a periodic search (default 0.03 = 3%
+	// shorter iterations).
 	Margin float64
+	// TopK is how many of the best-predicted candidates the search at the
+	// start and after each detected change verifies by measurement, one
+	// after another, whatever their predicted gain (default 3). The tuner
+	// then keeps the configuration with the best measured time, the one in
+	// force before the search included. TopK < 0 disables verification:
+	// those searches then use Margin like the periodic ones.
+	TopK int
 	// KeepTolerance keeps a tried candidate if its measured time is at
 	// most (1 + KeepTolerance) × the time it replaced (default 0: it must
 	// not be slower).
@@ -56,14 +66,20 @@ type AutoByteEvent struct {
 	Iteration int
 	// Kind is "change" (conditions changed: re-search), "search" (the grid
 	// was scored and nothing beat the margin), "try" (a candidate was
-	// proposed), "keep" or "revert" (a trial was judged).
+	// proposed), "keep" or "revert" (a trial was judged: kept, or the
+	// previous configuration restored), "verify" (one of the top-k
+	// candidates of a verification was proposed) and "measured" (it was
+	// measured). A verification ends with "keep" (Config, the best measured
+	// candidate, is in force) or "revert" (the configuration in force before
+	// it measured best and is restored).
 	Kind   string
 	Config sched.Config
 	// PredictedGain is 1 - predicted time of the best / predicted time of
 	// the current configuration (search, try).
 	PredictedGain float64
 	// MeasuredS is the mean measured time of the configuration judged
-	// (keep, revert), and PreviousS what it replaced.
+	// (keep, revert, measured), and PreviousS what it replaced (for a
+	// verification: the time of the configuration in force before it).
 	MeasuredS, PreviousS float64
 	// Detail names the changed channel (change).
 	Detail string
@@ -73,7 +89,11 @@ type AutoByteEvent struct {
 // design, docs/tuner.md). It measures the configuration in force for a few
 // iterations, scores the candidate grid with the meta-network from the
 // mean statistics, and tries the best candidate only when its predicted
-// gain over the current configuration beats Margin. A tried candidate is
+// gain over the current configuration beats Margin. At the start and after
+// each detected change it instead verifies the TopK best-predicted
+// candidates by measuring each in turn and keeps the fastest measured
+// configuration (the one in force before included), since the network's
+// error is larger than the gains it must rank. A tried candidate is
 // kept only if its measured time is no worse than the time it replaced;
 // otherwise the tuner reverts and does not try it again until conditions
 // change. Each measured configuration becomes training examples, and the
@@ -107,6 +127,19 @@ type AutoByte struct {
 	prevS     float64
 	// tabu are candidates tried and reverted under the current conditions.
 	tabu map[sched.Config]bool
+	// verifyDue: the next search verifies the top-k (start, change).
+	verifyDue bool
+	// verifying: queue holds the candidates still to measure, measured
+	// those measured so far (the configuration in force before first).
+	verifying bool
+	queue     []sched.Config
+	measured  []measuredConfig
+}
+
+// measuredConfig is one configuration measured during a verification.
+type measuredConfig struct {
+	cfg sched.Config
+	st  Stats
 }
 
 // NewAutoByte returns the tuner; errors name the bad option.
@@ -147,10 +180,10 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		name string
 		v    *int
 		def  int
-	}{{"warm-up", &o.Warmup, 1}, {"measured iterations", &o.Measure, 3}, {"search interval", &o.Every, 10},
+	}{{"warm-up", &o.Warmup, 1}, {"measured iterations", &o.Measure, 3}, {"search interval", &o.Every, 10}, {"top-k", &o.TopK, 3},
 		{"fine-tune steps", &o.FineTuneSteps, 5}, {"fine-tune batch", &o.FineTuneBatch, 16}, {"buffer", &o.Buffer, 64}}
 	for _, f := range ints {
-		if *f.v < 0 && f.name != "fine-tune steps" {
+		if *f.v < 0 && f.name != "fine-tune steps" && f.name != "top-k" {
 			return nil, fmt.Errorf("tune: autobyte %s must be >= 0 (0 = default %d), got %d", f.name, f.def, *f.v)
 		}
 		if *f.v == 0 {
@@ -182,7 +215,8 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		return nil, err
 	}
 	a := &AutoByte{o: o, meta: o.Meta.Clone(), cands: Cross(o.Base, o.Partitions, o.Credits), det: det,
-		rng: rand.New(rand.NewPCG(o.Seed, 0x6175746f)), measureFrom: o.Warmup, pending: -1, tabu: map[sched.Config]bool{}}
+		rng: rand.New(rand.NewPCG(o.Seed, 0x6175746f)), measureFrom: o.Warmup, pending: -1, tabu: map[sched.Config]bool{},
+		verifyDue: o.TopK > 0}
 	return a, nil
 }
 
@@ -211,6 +245,8 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
 		clear(a.tabu)
 		a.trying = false
+		a.verifying, a.queue, a.measured = false, a.queue[:0], a.measured[:0]
+		a.verifyDue = a.o.TopK > 0
 		// Measure afresh from this iteration (already under the new
 		// conditions), unless a proposal is still to take effect.
 		a.window = a.window[:0]
@@ -232,8 +268,14 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if a.trying {
 		return a.judge(it, st)
 	}
+	if a.verifying {
+		return a.verifyStep(it, st)
+	}
 	if it < a.nextSearch {
 		return Proposal{}, false
+	}
+	if a.verifyDue {
+		return a.verify(it, st)
 	}
 	return a.search(it, st)
 }
@@ -286,6 +328,89 @@ func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: a.cands[best], PredictedGain: gain})
 	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
 	return a.propose(it, a.cands[best]), true
+}
+
+// verify scores the grid from st (measured under the configuration in
+// force) and starts measuring the TopK best-predicted candidates in turn.
+func (a *AutoByte) verify(it int, st Stats) (Proposal, bool) {
+	a.verifyDue = false
+	a.learn(st, st, st.IterationTimeS)
+	a.fineTune()
+	a.scores = a.meta.Score(a.scores, st, a.cands)
+	cur := a.meta.PredictLog(st, a.current)
+	idx := make([]int, 0, len(a.cands))
+	for i, c := range a.cands {
+		if !a.tabu[c] && c != a.current {
+			idx = append(idx, i)
+		}
+	}
+	// Best predicted first; equal scores keep the grid's order.
+	slices.SortStableFunc(idx, func(i, j int) int { return cmp.Compare(a.scores[i], a.scores[j]) })
+	idx = idx[:min(len(idx), a.o.TopK)]
+	a.nextSearch = it + a.o.Every
+	if len(idx) == 0 {
+		return Proposal{}, false
+	}
+	a.queue = a.queue[:0]
+	for _, i := range idx {
+		a.queue = append(a.queue, a.cands[i])
+	}
+	a.measured = append(a.measured[:0], measuredConfig{a.current, st})
+	a.verifying = true
+	return a.verifyNext(it, 1-math.Exp(a.scores[idx[0]]-cur)), true
+}
+
+// verifyNext proposes the next queued candidate with its predicted gain.
+func (a *AutoByte) verifyNext(it int, gain float64) Proposal {
+	c := a.queue[0]
+	a.queue = a.queue[1:]
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "verify", Config: c, PredictedGain: gain})
+	return a.propose(it, c)
+}
+
+// verifyStep records the candidate in force, now measured as st, and
+// proposes the next one, or ends the verification on the best measured.
+func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
+	base := a.measured[0]
+	// Every pair of measured configurations is an example both ways.
+	a.learn(st, st, st.IterationTimeS)
+	for _, m := range a.measured {
+		a.learn(m.st, st, st.IterationTimeS)
+		a.learn(st, m.st, m.st.IterationTimeS)
+	}
+	a.measured = append(a.measured, measuredConfig{a.current, st})
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "measured", Config: a.current,
+		MeasuredS: st.IterationTimeS, PreviousS: base.st.IterationTimeS})
+	a.fineTune()
+	if len(a.queue) > 0 {
+		// Predicted gain from the statistics of the configuration in
+		// force before the verification, for the log.
+		gain := 1 - math.Exp(a.meta.PredictLog(base.st, a.queue[0])-a.meta.PredictLog(base.st, base.cfg))
+		return a.verifyNext(it, gain), true
+	}
+	a.verifying = false
+	best := 0
+	for i, m := range a.measured {
+		if m.st.IterationTimeS < a.measured[best].st.IterationTimeS {
+			best = i
+		}
+	}
+	for i, m := range a.measured {
+		if i != best {
+			a.tabu[m.cfg] = true
+		}
+	}
+	b := a.measured[best]
+	ev := AutoByteEvent{Iteration: it, Kind: "keep", Config: b.cfg, MeasuredS: b.st.IterationTimeS, PreviousS: base.st.IterationTimeS}
+	if best == 0 {
+		ev.Kind = "revert"
+	}
+	a.events = append(a.events, ev)
+	a.nextSearch = it + a.o.Every
+	if b.cfg == a.current {
+		return Proposal{}, false
+	}
+	return a.propose(it, b.cfg), true
 }
 
 // propose puts c in force from the earliest allowed iteration and starts

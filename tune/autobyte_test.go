@@ -110,31 +110,23 @@ func linearMeta() *tune.Meta {
 	return m
 }
 
-// TestAutoByteReverts drives the tuner with a network that always wants
-// smaller partitions and a job where every change is slower: it tries
-// the predicted best, reverts it, never tries it again, and keeps the
-// initial configuration in force otherwise.
-func TestAutoByteReverts(t *testing.T) {
-	initial := sched.Config{PartitionBytes: 64 << 20, CreditBytes: 64 << 20, Order: sched.OrderPriority}
-	a, err := tune.NewAutoByte(tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{1 << 20, 4 << 20, 16 << 20},
-		Credits: []int64{64 << 20}, FineTuneSteps: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+// fakeJob drives tu with a stream of Stats in which a configuration's
+// iteration time is timeOf(configuration in force), for n iterations from
+// initial. It checks every proposal's lead and returns the configuration
+// in force at the end and the non-initial configurations proposed, in
+// order.
+func fakeJob(t *testing.T, tu tune.Tuner, initial sched.Config, n int, timeOf func(sched.Config) float64) (sched.Config, []sched.Config) {
+	t.Helper()
 	inForce := initial
 	var pending []tune.Proposal
-	var tried []sched.Config
-	for k := range 120 {
+	var proposed []sched.Config
+	for k := range n {
 		for len(pending) > 0 && pending[0].FromIteration <= k {
 			inForce, pending = pending[0].Config, pending[1:]
 		}
-		time := 1.0
-		if inForce != initial {
-			time = 1.5
-		}
-		s := tune.Stats{Iteration: k, IterationTimeS: time, ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: inForce,
+		s := tune.Stats{Iteration: k, IterationTimeS: timeOf(inForce), ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: inForce,
 			ModelBytes: 100 << 20, Tensors: 100, SizeSkew: 5, Workers: 4, Servers: 4, Arch: "ps"}
-		p, ok := a.Observe(s)
+		p, ok := tu.Observe(s)
 		if !ok {
 			continue
 		}
@@ -142,26 +134,104 @@ func TestAutoByteReverts(t *testing.T) {
 			t.Fatalf("after %d: proposal from %d", k, p.FromIteration)
 		}
 		if p.Config != initial {
-			if slices.Contains(tried, p.Config) {
-				t.Fatalf("after %d: %+v tried again after it was reverted", k, p.Config)
-			}
-			tried = append(tried, p.Config)
+			proposed = append(proposed, p.Config)
 		}
 		pending = append(pending, p)
 	}
+	return inForce, proposed
+}
+
+func eventKinds(a *tune.AutoByte) string {
 	var kinds []string
 	for _, e := range a.Events() {
 		kinds = append(kinds, e.Kind)
 	}
-	// Smallest partition first, then the next, then the last: each reverted.
-	if len(tried) != 3 || tried[0].PartitionBytes != 1<<20 || tried[1].PartitionBytes != 4<<20 {
-		t.Errorf("tried %+v (events %v)", tried, kinds)
+	return strings.Join(kinds, " ")
+}
+
+// TestAutoByteReverts drives the tuner with a network that always wants
+// smaller partitions and a job where every change is slower. With top-k
+// verification (the default) it measures the three candidates once each,
+// smallest partition first, and restores the initial configuration; with
+// verification off it tries the predicted best, reverts it, never tries it
+// again, and so on. Either way the initial configuration is in force at
+// the end and no candidate is tried twice.
+func TestAutoByteReverts(t *testing.T) {
+	initial := sched.Config{PartitionBytes: 64 << 20, CreditBytes: 64 << 20, Order: sched.OrderPriority}
+	timeOf := func(c sched.Config) float64 {
+		if c != initial {
+			return 1.5
+		}
+		return 1.0
 	}
-	if strings.Count(strings.Join(kinds, " "), "revert") != 3 || strings.Contains(strings.Join(kinds, " "), "keep") {
-		t.Errorf("events %v, want 3 reverts and no keep", kinds)
+	for _, c := range []struct {
+		topK                  int
+		tries, reverts, keeps int
+	}{{0, 0, 1, 0}, {-1, 3, 3, 0}} {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{1 << 20, 4 << 20, 16 << 20},
+			Credits: []int64{64 << 20}, FineTuneSteps: -1, TopK: c.topK})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inForce, proposed := fakeJob(t, a, initial, 120, timeOf)
+		kinds := eventKinds(a)
+		if len(proposed) != 3 || proposed[0].PartitionBytes != 1<<20 || proposed[1].PartitionBytes != 4<<20 || proposed[2].PartitionBytes != 16<<20 {
+			t.Errorf("top-k %d: proposed %+v (events %v)", c.topK, proposed, kinds)
+		}
+		if strings.Count(kinds, "try") != c.tries || strings.Count(kinds, "revert") != c.reverts || strings.Count(kinds, "keep") != c.keeps {
+			t.Errorf("top-k %d: events %v, want %d tries, %d reverts, %d keeps", c.topK, kinds, c.tries, c.reverts, c.keeps)
+		}
+		if inForce != initial {
+			t.Errorf("top-k %d: in force at the end %+v, want the initial %+v", c.topK, inForce, initial)
+		}
 	}
-	if inForce != initial {
-		t.Errorf("in force at the end %+v, want the initial %+v", inForce, initial)
+}
+
+// TestAutoByteTopK: the network ranks smaller partitions first, but the
+// true best (4 MB) is its second choice and its first (1 MB) is the
+// slowest. Top-3 verification measures 1, 4 and 16 MB and ends on 4 MB,
+// whether or not the network is fine-tuned; the initial configuration and
+// the losers are not tried again. Verifying only the top-1 cannot find it
+// when the margin blocks every other proposal.
+func TestAutoByteTopK(t *testing.T) {
+	initial := sched.Config{PartitionBytes: 64 << 20, CreditBytes: 64 << 20, Order: sched.OrderPriority}
+	times := map[int64]float64{1 << 20: 1.3, 4 << 20: 0.8, 16 << 20: 0.9, 64 << 20: 1.0}
+	timeOf := func(c sched.Config) float64 { return times[c.PartitionBytes] }
+	opts := func(topK, steps int, margin float64) tune.AutoByteOptions {
+		return tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{1 << 20, 4 << 20, 16 << 20, 64 << 20},
+			Credits: []int64{64 << 20}, FineTuneSteps: steps, TopK: topK, Margin: margin, Seed: 3}
+	}
+	for _, steps := range []int{-1, 0} {
+		a, err := tune.NewAutoByte(opts(0, steps, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		inForce, proposed := fakeJob(t, a, initial, 150, timeOf)
+		if inForce.PartitionBytes != 4<<20 {
+			t.Errorf("fine-tune steps %d: in force at the end %+v, want 4 MB (proposed %+v, events %s)", steps, inForce, proposed, eventKinds(a))
+		}
+		want := []int64{1 << 20, 4 << 20, 16 << 20, 4 << 20}
+		var got []int64
+		for _, c := range proposed {
+			got = append(got, c.PartitionBytes)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("fine-tune steps %d: proposed partitions %v, want %v (events %s)", steps, got, want, eventKinds(a))
+		}
+		ev := a.Events()
+		if last := ev[len(ev)-1]; last.Kind != "keep" || last.MeasuredS != 0.8 || last.PreviousS != 1.0 {
+			t.Errorf("fine-tune steps %d: last event %+v, want keep 0.8 s over 1.0 s", steps, last)
+		}
+	}
+	// Top-1 verification with a margin no prediction beats: it measures
+	// the network's wrong first choice, restores the initial configuration
+	// and stays there.
+	a, err := tune.NewAutoByte(opts(1, -1, 100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inForce, proposed := fakeJob(t, a, initial, 150, timeOf); inForce != initial || len(proposed) != 1 {
+		t.Errorf("top-1: in force %+v, proposed %+v, want the initial after one proposal", inForce, proposed)
 	}
 }
 
@@ -174,6 +244,7 @@ func TestNewAutoByteErrors(t *testing.T) {
 		{tune.AutoByteOptions{Credits: []int64{0}}, "got 0"},
 		{tune.AutoByteOptions{Margin: -0.1}, "-0.1"},
 		{tune.AutoByteOptions{Measure: -2}, "-2"},
+		{tune.AutoByteOptions{Margin: 0.03, KeepTolerance: -1}, "-1"},
 		{tune.AutoByteOptions{Change: tune.ChangeOptions{Window: -4}}, "-4"},
 		{tune.AutoByteOptions{Base: sched.Config{Order: 9}}, "order 9"},
 	} {
