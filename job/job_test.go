@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/worker"
@@ -31,12 +33,11 @@ func testProfile() *model.Profile {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 }
 
 // runCluster runs every process of spec as goroutines on loopback and

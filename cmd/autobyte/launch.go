@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
@@ -193,12 +194,11 @@ func scenarioArgs(cmd *cobra.Command) []string {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := cluster.FreePort()
 	if err != nil {
-		return 0, fmt.Errorf("launch: finding a free port: %w", err)
+		return 0, fmt.Errorf("launch: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return port, nil
 }
 
 type child struct {

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/worker"
@@ -179,10 +181,9 @@ func RunInProcess(ctx context.Context, c Config, cl Cluster, train *Dataset, eve
 
 // freeLoopback is a loopback address with a port that was free just now.
 func freeLoopback() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := cluster.FreePort()
 	if err != nil {
 		return "", err
 	}
-	defer l.Close()
-	return l.Addr().String(), nil
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), nil
 }
