@@ -1,7 +1,5 @@
 package sched
 
-import "fmt"
-
 // Follower admits pieces in exactly the order a leader's Scheduler started
 // them, under its own credit window. Parameter-server workers use it so that
 // every worker starts pieces in one global sequence: if each worker ordered
@@ -20,10 +18,8 @@ type Follower struct {
 	announced []Piece
 	head      int
 	ready     map[taskID]bool // tasks whose gradient is ready here
-	tasks     map[taskID]int  // pieces of each started task not yet done
-	inflight  map[PieceID]int64
 
-	inflightBytes, available int64
+	credit
 }
 
 // NewFollower returns a follower whose credit window and admission rule are
@@ -32,8 +28,7 @@ func NewFollower(cfg Config) (*Follower, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Follower{cfg: cfg, available: cfg.CreditBytes, ready: map[taskID]bool{},
-		tasks: map[taskID]int{}, inflight: map[PieceID]int64{}}, nil
+	return &Follower{cfg: cfg, credit: newCredit(cfg), ready: map[taskID]bool{}}, nil
 }
 
 // Reconfigure changes the credit window for tasks of iteration from and
@@ -55,7 +50,7 @@ func (f *Follower) Post(t Task) error {
 	}
 	for _, cfg := range due {
 		f.cfg = cfg
-		f.available = f.cfg.CreditBytes - f.inflightBytes
+		f.resize(cfg)
 	}
 	id := taskID{iteration: t.Iteration, tensor: t.Tensor}
 	f.ready[id] = true
@@ -87,32 +82,21 @@ func (f *Follower) Next() (Piece, bool) {
 		}
 	}
 	f.head++
-	if _, ok := f.tasks[id]; !ok {
-		f.tasks[id] = p.Count
+	if _, ok := f.left[id]; !ok {
+		f.left[id] = p.Count
 	}
-	f.inflight[p.PieceID] = p.Bytes
-	f.inflightBytes += p.Bytes
-	f.available -= p.Bytes
+	f.take(p)
 	return p, true
 }
 
 // Done reports that an in-flight piece finished and returns its credit;
 // taskDone is true when it was the last piece of its task.
 func (f *Follower) Done(id PieceID) (taskDone bool, err error) {
-	b, ok := f.inflight[id]
-	if !ok {
-		return false, fmt.Errorf("sched: piece %d of tensor %d iteration %d finished but is not in flight", id.Index, id.Tensor, id.Iteration)
+	taskDone, err = f.finish(id)
+	if taskDone {
+		delete(f.ready, taskID{iteration: id.Iteration, tensor: id.Tensor})
 	}
-	delete(f.inflight, id)
-	f.inflightBytes -= b
-	f.available += b
-	tid := taskID{iteration: id.Iteration, tensor: id.Tensor}
-	if f.tasks[tid]--; f.tasks[tid] == 0 {
-		delete(f.tasks, tid)
-		delete(f.ready, tid)
-		return true, nil
-	}
-	return false, nil
+	return taskDone, err
 }
 
 // InFlightBytes is the sum of the sizes of pieces started and not yet done.

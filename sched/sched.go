@@ -154,17 +154,11 @@ func PieceBytes(size, elemBytes, count, i int64) int64 {
 // Scheduler is the core state machine. Create one with New.
 type Scheduler struct {
 	postLog
-	cfg      Config
-	epoch    int
-	ready    pieceHeap
-	inflight map[PieceID]int64
-	// tasks counts the pieces of each posted task not yet done.
-	tasks map[taskID]int
-	// inflightBytes is the sum of inflight; available is the remaining
-	// credit, which may go negative under AdmitPositive.
-	inflightBytes int64
-	available     int64
-	seq           uint64
+	cfg   Config
+	epoch int
+	ready pieceHeap
+	credit
+	seq uint64
 }
 
 // New returns a scheduler with the initial configuration cfg.
@@ -172,9 +166,8 @@ func New(cfg Config) (*Scheduler, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Scheduler{cfg: cfg, inflight: make(map[PieceID]int64), tasks: make(map[taskID]int)}
+	s := &Scheduler{cfg: cfg, credit: newCredit(cfg)}
 	s.ready.order = cfg.Order
-	s.available = cfg.CreditBytes
 	return s, nil
 }
 
@@ -209,7 +202,7 @@ func (s *Scheduler) Post(t Task) error {
 	}
 	tid := taskID{iteration: t.Iteration, tensor: t.Tensor}
 	count := PieceCount(t.Bytes, elem, s.cfg.PartitionBytes)
-	s.tasks[tid] = int(count)
+	s.left[tid] = int(count)
 	var off int64
 	for i := int64(0); i < count; i++ {
 		n := PieceBytes(t.Bytes, elem, count, i)
@@ -229,7 +222,7 @@ func (s *Scheduler) apply(cfg Config) {
 	if cfg.Order != s.cfg.Order {
 		s.ready.reorder(cfg.Order)
 	}
-	s.available = cfg.CreditBytes - s.inflightBytes
+	s.resize(cfg)
 	s.cfg = cfg
 }
 
@@ -270,28 +263,14 @@ func (s *Scheduler) Next() (Piece, bool) {
 }
 
 func (s *Scheduler) start(p Piece) Piece {
-	s.inflight[p.PieceID] = p.Bytes
-	s.inflightBytes += p.Bytes
-	s.available -= p.Bytes
+	s.take(p)
 	return p
 }
 
 // Done reports that an in-flight piece finished and returns its credit.
 // taskDone is true when it was the last unfinished piece of its task.
 func (s *Scheduler) Done(id PieceID) (taskDone bool, err error) {
-	b, ok := s.inflight[id]
-	if !ok {
-		return false, fmt.Errorf("sched: piece %d of tensor %d iteration %d finished but is not in flight", id.Index, id.Tensor, id.Iteration)
-	}
-	delete(s.inflight, id)
-	s.inflightBytes -= b
-	s.available += b
-	tid := taskID{iteration: id.Iteration, tensor: id.Tensor}
-	if s.tasks[tid]--; s.tasks[tid] == 0 {
-		delete(s.tasks, tid)
-		return true, nil
-	}
-	return false, nil
+	return s.finish(id)
 }
 
 // InFlightBytes is the sum of the sizes of pieces started and not yet done.
