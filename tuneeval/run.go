@@ -199,7 +199,7 @@ func Evaluate(o Options) (*Report, error) {
 	}
 	var mu sync.Mutex
 	done := 0
-	err := parallel(len(jobs), par, func(k int) error {
+	err := sim.Parallel(len(jobs), par, func(k int) error {
 		j := jobs[k]
 		so := opts[j.scenario]
 		var err error
@@ -244,7 +244,7 @@ func Evaluate(o Options) (*Report, error) {
 		oracles[i] = OracleConfigs(statics[i], cands, s.Phases())
 	}
 	oracleRuns := make([]*sim.Result, len(suite))
-	err = parallel(len(suite), par, func(i int) error {
+	err = sim.Parallel(len(suite), par, func(i int) error {
 		so := opts[i]
 		so.Sched = oracles[i][0]
 		so.Tuner = NewOracle(suite[i].Phases(), oracles[i])
@@ -328,32 +328,6 @@ func runTuner(name string, so sim.Options, boTrial, boDelay int) (*sim.Result, e
 		return nil, fmt.Errorf("unknown tuner %q", name)
 	}
 	return sim.Run(so)
-}
-
-// parallel calls f(0..n-1) on par goroutines and returns the first error
-// by index.
-func parallel(n, par int, f func(int) error) error {
-	errs := make([]error, n)
-	ch := make(chan int)
-	var wg sync.WaitGroup
-	for range min(par, max(n, 1)) {
-		wg.Go(func() {
-			for i := range ch {
-				errs[i] = f(i)
-			}
-		})
-	}
-	for i := range n {
-		ch <- i
-	}
-	close(ch)
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // measure computes a run's metrics.

@@ -162,6 +162,7 @@ type linkReport struct {
 }
 
 func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Duration) simReport {
+	bound := lowerBound(o, r)
 	name := o.Profile.Name
 	maxOf := func(xs []int64) int64 {
 		if len(xs) == 0 {
@@ -181,7 +182,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
 		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
 		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
-		LowerBoundS: lowerBound(o, r), BoundRatio: r.IterationTimeS / lowerBound(o, r), Bounds: r.Bounds,
+		LowerBoundS: bound, BoundRatio: r.IterationTimeS / bound, Bounds: r.Bounds,
 		SamplesPerS: r.SamplesPerS, PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
 		Links: linkReport{
 			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),

@@ -217,55 +217,45 @@ func runSweep(scenarios []sim.Options, parts, creds []int64, progress io.Writer)
 			LowerBoundS: b.MaxS, CommComputeRatio: b.WorkerLinkS / b.ComputeS}
 	}
 	var (
-		mu       sync.Mutex
-		firstErr error
-		done     int
-		wg       sync.WaitGroup
-		next     = make(chan sweepJob)
-		start    = time.Now()
+		mu    sync.Mutex
+		done  int
+		start = time.Now()
+		times = make([]float64, len(jobs))
 	)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for j := range next {
-				r, err := sim.Run(j.opts)
-				mu.Lock()
-				done++
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("%s %s %d workers: %w", j.opts.Profile.Name, j.opts.Arch, j.opts.Workers, err)
-				}
-				if err == nil {
-					row := &rows[j.scenario]
-					t := r.IterationTimeS
-					switch j.kind {
-					case 0:
-						row.FifoS = t
-					case 1:
-						row.PriorityS = t
-					case 2:
-						row.DefaultS = t
-					case 3:
-						if row.BestS == 0 || t < row.BestS {
-							row.BestS, row.BestPartition, row.BestCredit = t, j.opts.Sched.PartitionBytes, j.opts.Sched.CreditBytes
-						}
-					}
-				}
-				if done%50 == 0 || done == len(jobs) {
-					fmt.Fprintf(progress, "\rsweep: %d/%d simulations, %s", done, len(jobs), time.Since(start).Round(time.Second))
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, j := range jobs {
-		next <- j
-	}
-	close(next)
-	wg.Wait()
+	err := sim.Parallel(len(jobs), runtime.GOMAXPROCS(0), func(i int) error {
+		r, err := sim.Run(jobs[i].opts)
+		mu.Lock()
+		done++
+		if done%50 == 0 || done == len(jobs) {
+			fmt.Fprintf(progress, "\rsweep: %d/%d simulations, %s", done, len(jobs), time.Since(start).Round(time.Second))
+		}
+		mu.Unlock()
+		if err != nil {
+			o := jobs[i].opts
+			return fmt.Errorf("%s %s %d workers: %w", o.Profile.Name, o.Arch, o.Workers, err)
+		}
+		times[i] = r.IterationTimeS
+		return nil
+	})
 	fmt.Fprintln(progress)
-	if firstErr != nil {
-		return nil, firstErr
+	if err != nil {
+		return nil, err
+	}
+	// Gathered in job order, so ties in the grid go to the first point.
+	for i, j := range jobs {
+		row, t := &rows[j.scenario], times[i]
+		switch j.kind {
+		case 0:
+			row.FifoS = t
+		case 1:
+			row.PriorityS = t
+		case 2:
+			row.DefaultS = t
+		case 3:
+			if row.BestS == 0 || t < row.BestS {
+				row.BestS, row.BestPartition, row.BestCredit = t, j.opts.Sched.PartitionBytes, j.opts.Sched.CreditBytes
+			}
+		}
 	}
 	for i := range rows {
 		rows[i].DefaultSpeedup = rows[i].FifoS / rows[i].DefaultS

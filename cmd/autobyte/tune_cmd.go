@@ -297,32 +297,19 @@ func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress) ([]tu
 	slices.SortStableFunc(tasks, func(a, b task) int {
 		return jobs[b.j].scenario.Workers - jobs[a.j].scenario.Workers
 	})
-	ch := make(chan int)
-	errs := make([]error, len(tasks))
-	var wg sync.WaitGroup
-	for range par {
-		wg.Go(func() {
-			for i := range ch {
-				t := tasks[i]
-				job := jobs[t.j]
-				r, err := simulateMetaRun(job.scenario, job.configs[t.c], iterations)
-				if err != nil {
-					errs[i] = fmt.Errorf("scenario %d (%s), configuration %+v: %w", job.index, job.scenario, job.configs[t.c], err)
-				}
-				out[t.j].Runs[t.c] = r
-				prog.add()
-			}
-		})
-	}
-	for i := range tasks {
-		ch <- i
-	}
-	close(ch)
-	wg.Wait()
-	for _, err := range errs {
+	err := sim.Parallel(len(tasks), par, func(i int) error {
+		t := tasks[i]
+		job := jobs[t.j]
+		r, err := simulateMetaRun(job.scenario, job.configs[t.c], iterations)
+		prog.add()
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("scenario %d (%s), configuration %+v: %w", job.index, job.scenario, job.configs[t.c], err)
 		}
+		out[t.j].Runs[t.c] = r
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
