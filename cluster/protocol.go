@@ -32,6 +32,12 @@ const (
 	CtlReady uint32 = 5
 	// CtlGo: the coordinator saw every member ready.
 	CtlGo uint32 = 6
+	// CtlReconfigure: the leader changed the scheduling configuration from
+	// an iteration on, opening a new configuration epoch; see
+	// ReconfigureFrame. It travels on the same control connections as
+	// CtlAnnounce, at the same priority, so a follower always learns an
+	// epoch before any piece of it.
+	CtlReconfigure uint32 = 7
 )
 
 // ByeFrame is the orderly goodbye. It has the lowest priority, so it goes
@@ -72,6 +78,59 @@ func DecodeAnnounce(f transport.Frame) (sched.Piece, error) {
 		return sched.Piece{}, fmt.Errorf("cluster: bad piece announcement: piece %d of %d, %d bytes", p.Index, p.Count, p.Bytes)
 	}
 	return p, nil
+}
+
+// Reconfiguration is a change of scheduling configuration decided by the
+// leader: Config applies to every task of iteration From and later, and
+// pieces cut under it carry configuration epoch Epoch (the Epoch-th change
+// of the job; epoch 0 is the initial configuration).
+type Reconfiguration struct {
+	Epoch, From int
+	Config      sched.Config
+}
+
+// reconfigureLen is the payload size of a CtlReconfigure frame: partition
+// and credit (int64 each), order and admission (uint32 each).
+const reconfigureLen = 24
+
+// ReconfigureFrame encodes r for the followers: Header.Epoch is r.Epoch,
+// Header.Iteration is r.From, and the 24-byte little-endian payload holds
+// PartitionBytes (int64), CreditBytes (int64), Order (uint32) and
+// Admission (uint32). Its priority is 0, that of piece announcements, so on
+// one connection the two keep the order they were sent in.
+func ReconfigureFrame(r Reconfiguration) transport.Frame {
+	payload := make([]byte, reconfigureLen)
+	binary.LittleEndian.PutUint64(payload[0:], uint64(r.Config.PartitionBytes))
+	binary.LittleEndian.PutUint64(payload[8:], uint64(r.Config.CreditBytes))
+	binary.LittleEndian.PutUint32(payload[16:], uint32(r.Config.Order))
+	binary.LittleEndian.PutUint32(payload[20:], uint32(r.Config.Admission))
+	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlReconfigure,
+		Epoch: uint32(r.Epoch), Iteration: uint32(r.From), Length: reconfigureLen}, Payload: payload}
+}
+
+// DecodeReconfigure is the inverse of ReconfigureFrame. It refuses any
+// other frame, a payload of the wrong size, epoch 0 (which is never a
+// change) and a configuration that sched.Config.Validate refuses.
+func DecodeReconfigure(f transport.Frame) (Reconfiguration, error) {
+	if f.Kind != transport.KindControl || f.Aux != CtlReconfigure {
+		return Reconfiguration{}, fmt.Errorf("cluster: not a reconfiguration: %v frame, subtype %d", f.Kind, f.Aux)
+	}
+	if len(f.Payload) != reconfigureLen {
+		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration: %d payload bytes, want %d", len(f.Payload), reconfigureLen)
+	}
+	r := Reconfiguration{Epoch: int(f.Epoch), From: int(f.Iteration), Config: sched.Config{
+		PartitionBytes: int64(binary.LittleEndian.Uint64(f.Payload[0:])),
+		CreditBytes:    int64(binary.LittleEndian.Uint64(f.Payload[8:])),
+		Order:          sched.Order(binary.LittleEndian.Uint32(f.Payload[16:])),
+		Admission:      sched.Admission(binary.LittleEndian.Uint32(f.Payload[20:])),
+	}}
+	if r.Epoch < 1 {
+		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration from iteration %d: epoch %d (changes start at epoch 1)", r.From, r.Epoch)
+	}
+	if err := r.Config.Validate(); err != nil {
+		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration to epoch %d from iteration %d: %w", r.Epoch, r.From, err)
+	}
+	return r, nil
 }
 
 // SayBye sends the orderly goodbye and waits until it was written (or the
