@@ -3,10 +3,11 @@
 // to parameter servers or around an all-reduce ring, come back as exact
 // sums, and open per-layer gates for the next forward pass.
 //
-// It owns the worker's side of the protocols (push and answer; the PS
-// leader's order announcements) and the gates. It knows nothing of models'
-// compute, Python or process launch: callers hand it tensors and float32
-// gradients, and it calls them back when a tensor's sum is in place.
+// It owns the worker's side of the protocols (push and answer; the
+// leader's order announcements and configuration epochs) and the gates. It
+// knows nothing of models' compute, Python or process launch: callers hand
+// it tensors and float32 gradients, and it calls them back when a tensor's
+// sum is in place.
 package worker
 
 import (
@@ -14,9 +15,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/placement"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -63,7 +67,8 @@ type Config struct {
 	Ring Ring
 	// Followers are the leader's (rank 0's) control connections to ranks
 	// 1..Workers-1, in rank order; Leader is a follower's connection to
-	// rank 0. Rank 0 announces each piece it starts on them.
+	// rank 0. Rank 0 announces each piece it starts, and each configuration
+	// change (Reconfigure), on them.
 	Followers []*transport.Conn
 	Leader    *transport.Conn
 	// OnDone is called, on the engine's goroutine, when a tensor's sum is in
@@ -102,14 +107,24 @@ type Engine struct {
 	// readers are the goroutines reading connections; they end when the
 	// connections close (see Wait).
 	readers sync.WaitGroup
+	// running is set by Start (Reconfigure needs the loop).
+	running atomic.Bool
 
 	// gradsMu guards grads, which readers decode sums into.
 	gradsMu sync.RWMutex
 	grads   map[taskKey][]float32
 
 	// Loop-only state.
-	plans      map[int64]*placement.Plan
-	epochPart  []int64
+	plans map[int64]*placement.Plan
+	// epochs[e] is the configuration of epoch e: the initial one, then
+	// every change rank 0 accepted, in the order it accepted them (the
+	// order its core numbers them in, and the order followers learn them).
+	epochs []sched.Config
+	// A follower's posts and last change, to keep its core's rules when
+	// it learns a change late (see followReconfigure).
+	posted, changed     bool
+	maxPosted, lastFrom int
+
 	shardsLeft map[sched.PieceID]int
 	layerLeft  map[int][]int // iteration -> tensors left per layer
 	seq        uint64
@@ -139,14 +154,18 @@ const (
 	evShard
 	evAnnounce
 	evPieceDone
+	evReconfigure
 )
 
 type event struct {
-	kind  eventKind
-	task  taskKey
-	grad  []float32
-	piece sched.Piece
-	err   error
+	kind   eventKind
+	task   taskKey
+	grad   []float32
+	piece  sched.Piece
+	err    error
+	reconf cluster.Reconfiguration
+	// reply, if set, receives the outcome of a Reconfigure call.
+	reply chan<- error
 }
 
 // New checks cfg and returns an engine.
@@ -174,7 +193,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, events: make(chan event, 1024), grads: map[taskKey][]float32{},
-		plans: map[int64]*placement.Plan{}, epochPart: []int64{cfg.Sched.PartitionBytes},
+		plans: map[int64]*placement.Plan{}, epochs: []sched.Config{cfg.Sched},
 		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{},
 		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]startedPiece{}}
 	if e.log == nil {
@@ -213,6 +232,7 @@ func New(cfg Config) (*Engine, error) {
 
 // Start runs the engine until ctx ends, Stop is called or a peer fails.
 func (e *Engine) Start(ctx context.Context) {
+	e.running.Store(true)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -265,6 +285,65 @@ func (e *Engine) Post(tensor, iteration int, grad []float32) error {
 		return nil
 	case <-e.ctx.Done():
 		return e.stoppedErr()
+	}
+}
+
+// Reconfigure changes the scheduling configuration (partition size, credit,
+// order, admission) to cfg for every tensor of iteration from and later, on
+// every worker and server of the job, while the engine runs. Only rank 0
+// (the leader) decides changes; on other ranks it returns an error. It may
+// be called from any goroutine once Start was called, and returns when the
+// change is accepted and announced (or refused).
+//
+// Rank 0 hands the change to its scheduling core through the engine's
+// loop, which numbers it as the next configuration epoch, and announces it
+// to every follower on the control connection before any piece of the
+// epoch can start, so a follower always knows an epoch's partition size
+// before it meets a piece of it. Tasks posted before the change keep the
+// partitioning they were cut with; pieces carry their epoch to the servers
+// (and around the ring), which key what they sum by it, so pieces of
+// different partitionings never mix.
+//
+// from must be later than every iteration rank 0 has posted (a Post made
+// before this call counts, since both go through the loop) and than the
+// change before it; otherwise, or if cfg is invalid, the change is refused
+// with an error naming the values and nothing changes. A follower that
+// already posted iteration from applies the new credit from its next
+// iteration instead (credit is each worker's own business); the partition
+// still changes at from everywhere, since followers start the leader's
+// pieces.
+func (e *Engine) Reconfigure(cfg sched.Config, from int) error {
+	if e.cfg.Rank != 0 {
+		return fmt.Errorf("worker %d: cannot reconfigure from iteration %d: only rank 0 (the leader) decides configuration changes", e.cfg.Rank, from)
+	}
+	if from < 0 || int64(from) > math.MaxUint32 {
+		return fmt.Errorf("worker 0: configuration change from iteration %d: iterations are 0..%d", from, uint32(math.MaxUint32))
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("worker 0: configuration change from iteration %d: %w", from, err)
+	}
+	if !e.running.Load() {
+		return fmt.Errorf("worker 0: configuration change from iteration %d: the engine is not started (set Config.Sched for the initial configuration)", from)
+	}
+	if e.ctx.Err() != nil {
+		return e.stoppedErr()
+	}
+	reply := make(chan error, 1)
+	select {
+	case e.events <- event{kind: evReconfigure, reconf: cluster.Reconfiguration{From: from, Config: cfg}, reply: reply}:
+	case <-e.ctx.Done():
+		return e.stoppedErr()
+	}
+	select {
+	case err := <-reply:
+		return err
+	case <-e.ctx.Done():
+		select {
+		case err := <-reply: // handled just before the engine stopped
+			return err
+		default:
+			return e.stoppedErr()
+		}
 	}
 }
 
@@ -364,9 +443,22 @@ func (e *Engine) handle(ev event) error {
 			}
 			e.layerLeft[ev.task.iter] = left
 		}
-		return e.core.Post(sched.Task{Iteration: ev.task.iter, Tensor: ev.task.tensor, Layer: t.Layer, Bytes: 4 * int64(t.Elems), ElemBytes: 4})
+		if err := e.core.Post(sched.Task{Iteration: ev.task.iter, Tensor: ev.task.tensor, Layer: t.Layer, Bytes: 4 * int64(t.Elems), ElemBytes: 4}); err != nil {
+			return err
+		}
+		e.posted, e.maxPosted = true, ev.task.iter
 	case evAnnounce:
+		if err := e.checkAnnounced(ev.piece); err != nil {
+			return err
+		}
 		e.core.(*sched.Follower).Announce(ev.piece)
+	case evReconfigure:
+		if e.cfg.Rank != 0 {
+			return e.followReconfigure(ev.reconf)
+		}
+		err, fatal := e.leadReconfigure(ev.reconf.Config, ev.reconf.From)
+		ev.reply <- err
+		return fatal
 	case evShard:
 		if n := e.shardsLeft[ev.piece.PieceID]; n > 1 {
 			e.shardsLeft[ev.piece.PieceID] = n - 1
@@ -426,9 +518,9 @@ func (e *Engine) pieceDone(id sched.PieceID) error {
 }
 
 // priority orders frames in the transports' send queues: production order
-// for fifo, (layer, tensor, piece) otherwise.
+// for fifo, (layer, tensor, piece) otherwise, as the piece's epoch says.
 func (e *Engine) priority(p sched.Piece) uint64 {
-	if e.cfg.Sched.Order == sched.OrderFIFO {
+	if e.epochs[p.Epoch].Order == sched.OrderFIFO {
 		e.seq++
 		return e.seq
 	}
@@ -477,7 +569,10 @@ func (e *Engine) dispatch() error {
 }
 
 func (e *Engine) plan(epoch int) (*placement.Plan, error) {
-	part := e.epochPart[epoch]
+	if epoch < 0 || epoch >= len(e.epochs) {
+		return nil, fmt.Errorf("worker %d: piece of configuration epoch %d, but epochs here are 0..%d", e.cfg.Rank, epoch, len(e.epochs)-1)
+	}
+	part := e.epochs[epoch].PartitionBytes
 	if pl, ok := e.plans[part]; ok {
 		return pl, nil
 	}
