@@ -22,8 +22,12 @@ type Member struct {
 	// member may give only ":port"; the coordinator fills in the host it
 	// saw the member connect from.
 	Addr string `json:"addr"`
-	// Digest identifies the job configuration; every member must agree.
+	// Digest identifies the job configuration; every worker must agree.
 	Digest string `json:"digest"`
+	// ServerDigest, in the coordinator's own entry, is what servers must
+	// send as their Digest (servers need not know the model); empty means
+	// Digest.
+	ServerDigest string `json:"server_digest,omitempty"`
 }
 
 // Table lists every member of the job.
@@ -96,8 +100,12 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 		if err := json.Unmarshal(f.Payload, &m); err != nil {
 			return fail(fmt.Errorf("cluster: rendezvous: bad hello from %s: %w", c.Peer(), err))
 		}
-		if m.Digest != self.Digest {
-			return fail(fmt.Errorf("cluster: %s %d runs a different job configuration (digest %s, rank 0 has %s): start every process with the same flags", m.Role, m.Rank, m.Digest, self.Digest))
+		want := self.Digest
+		if m.Role == "server" && self.ServerDigest != "" {
+			want = self.ServerDigest
+		}
+		if m.Digest != want {
+			return fail(fmt.Errorf("cluster: %s %d runs a different job configuration (digest %s, rank 0 expects %s): start every process with the same flags", m.Role, m.Rank, m.Digest, want))
 		}
 		if host, port, err := net.SplitHostPort(m.Addr); err == nil && host == "" {
 			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {

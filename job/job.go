@@ -26,6 +26,26 @@ import (
 	"github.com/autobyte/autobyte/worker"
 )
 
+// ByteScheduler's released defaults, in elements, converted to fp32 bytes
+// (REFERENCE.md §2): partition 1M and credit 4M elements for parameter
+// servers, 8M and 16M elements for all-reduce; and MXNet's big-array bound
+// (1M elements), above which a PS piece is split over every server.
+const (
+	PSPartitionBytes  = 4_000_000
+	PSCreditBytes     = 16_000_000
+	ARPartitionBytes  = 32_000_000
+	ARCreditBytes     = 64_000_000
+	DefaultShardBytes = 4_000_000
+)
+
+// ByteSchedulerDefaults is ByteScheduler's released configuration for arch.
+func ByteSchedulerDefaults(arch worker.Arch) sched.Config {
+	if arch == worker.AllReduce {
+		return sched.Config{PartitionBytes: ARPartitionBytes, CreditBytes: ARCreditBytes, Order: sched.OrderPriority}
+	}
+	return sched.Config{PartitionBytes: PSPartitionBytes, CreditBytes: PSCreditBytes, Order: sched.OrderPriority}
+}
+
 // Spec is the job every process of it must agree on (its digest is checked
 // at rendezvous).
 type Spec struct {
@@ -35,9 +55,38 @@ type Spec struct {
 	Servers    int
 	Sched      sched.Config
 	ShardBytes int64
+	// Iterations is how many iterations a replaying worker (RunWorker)
+	// runs; 0 for open-ended jobs driven through the Go API or the Python
+	// plugin.
 	Iterations int
 	// PullMode makes PS workers pull each sum separately.
 	PullMode bool
+}
+
+// ServerDigest identifies the part of the spec a parameter server needs:
+// servers sum whatever pieces workers push, so they need not know the
+// model, and one server binary serves any model (e.g. a PyTorch script's).
+func (s Spec) ServerDigest() string {
+	b, _ := json.Marshal(struct {
+		Arch worker.Arch
+		W, M int
+		Pull bool
+	}{s.Arch, s.Workers, s.Servers, s.PullMode})
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:6])
+}
+
+// ValidateServer reports the first invalid field a server uses.
+func (s Spec) ValidateServer() error {
+	switch {
+	case s.Arch != worker.PS:
+		return fmt.Errorf("job: parameter servers serve the ps architecture only, got arch %d", s.Arch)
+	case s.Workers < 1:
+		return fmt.Errorf("job: workers must be >= 1, got %d", s.Workers)
+	case s.Servers < 1:
+		return fmt.Errorf("job: parameter servers must be >= 1, got %d", s.Servers)
+	}
+	return nil
 }
 
 // Digest identifies the spec.
@@ -66,8 +115,8 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("job: parameter servers must be >= 1, got %d", s.Servers)
 	case s.Arch == worker.AllReduce && s.Servers != 0:
 		return fmt.Errorf("job: all-reduce has no servers, got %d", s.Servers)
-	case s.Iterations < 1:
-		return fmt.Errorf("job: iterations must be >= 1, got %d", s.Iterations)
+	case s.Iterations < 0:
+		return fmt.Errorf("job: iterations must be >= 0, got %d", s.Iterations)
 	case s.ShardBytes < 0:
 		return fmt.Errorf("job: shard size must be >= 0, got %d", s.ShardBytes)
 	}

@@ -208,3 +208,50 @@ func TestSpecErrors(t *testing.T) {
 		t.Errorf("server index out of range: %v", err)
 	}
 }
+
+// TestModelAgnosticServer: a server that knows only the architecture and
+// the process counts (no profile, as the launcher starts it for a PyTorch
+// script) serves a job exactly; one that disagrees on the worker count is
+// refused at rendezvous.
+func TestModelAgnosticServer(t *testing.T) {
+	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 2}
+	bare := Spec{Arch: worker.PS, Workers: 2, Servers: 1}
+	if bare.ServerDigest() != spec.ServerDigest() {
+		t.Fatalf("server digest depends on the profile: %s vs %s", bare.ServerDigest(), spec.ServerDigest())
+	}
+	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "tok", PeerTimeout: 5 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 3)
+	go func() { _, err := RunServer(ctx, bare, 0, n); errs <- err }()
+	for r := range 2 {
+		go func() {
+			_, err := RunWorker(ctx, spec, WorkerOptions{Rank: r, Verify: worker.VerifyFull}, n)
+			errs <- err
+		}()
+	}
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatalf("job with a model-agnostic server: %v", err)
+		}
+	}
+
+	wrong := bare
+	wrong.Workers = 3
+	n.Master = freeAddr(t)
+	go func() { _, err := RunServer(ctx, wrong, 0, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 1}, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 0}, n); errs <- err }()
+	var msgs []string
+	for range 3 {
+		if err := <-errs; err != nil {
+			msgs = append(msgs, err.Error())
+		}
+	}
+	if !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
+		t.Fatalf("errors %q should report the server's configuration mismatch", msgs)
+	}
+	if err := (Spec{Arch: worker.AllReduce, Workers: 2}).ValidateServer(); err == nil || !strings.Contains(err.Error(), "arch") {
+		t.Fatalf("ValidateServer(all-reduce) = %v, want an error naming the architecture", err)
+	}
+}

@@ -12,11 +12,13 @@ import (
 )
 
 // RunServer runs parameter server index until every worker said goodbye,
-// or fails with an error naming the lost peer.
+// or fails with an error naming the lost peer. It uses only the spec's
+// architecture, worker and server counts and pull mode (ServerDigest): the
+// profile may be nil.
 func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, error) {
 	start := time.Now()
 	sum := &Summary{Role: "server", Rank: index}
-	if err := spec.Validate(); err != nil {
+	if err := spec.ValidateServer(); err != nil {
 		return sum, err
 	}
 	if index < 0 || index >= spec.Servers {
@@ -32,7 +34,7 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 	}
 	defer l.Close()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
-	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.Digest()}
+	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.ServerDigest()}
 	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg)
 	if err != nil {
 		return sum, err

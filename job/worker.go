@@ -28,6 +28,9 @@ type WorkerOptions struct {
 func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Summary, err error) {
 	start := time.Now()
 	sum = &Summary{Role: "worker", Rank: o.Rank}
+	if spec.Iterations < 1 {
+		return sum, fmt.Errorf("job: a replaying worker needs iterations >= 1, got %d", spec.Iterations)
+	}
 	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: o.Observer})
 	if err != nil {
 		return sum, err
@@ -162,7 +165,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 
 	// A ring worker listens for its previous neighbour before registering.
 	var ringL *transport.Listener
-	self := cluster.Member{Role: "worker", Rank: o.Rank, Digest: spec.Digest()}
+	self := cluster.Member{Role: "worker", Rank: o.Rank, Digest: spec.Digest(), ServerDigest: spec.ServerDigest()}
 	if spec.Arch == worker.AllReduce && spec.Workers > 1 {
 		if ringL, err = transport.Listen(listenAddr(n.Listen), cfg); err != nil {
 			return nil, fmt.Errorf("job: worker %d: %w", o.Rank, err)

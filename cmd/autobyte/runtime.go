@@ -80,7 +80,13 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 
 // spec builds the job spec from the scenario flags.
 func (f *scenarioFlags) spec(cmd *cobra.Command) (job.Spec, sim.Options, error) {
-	o, err := f.options(cmd)
+	return f.specFor(cmd, true)
+}
+
+// specFor is spec; without needModel the profile may be nil (servers serve
+// any model; scripts bring their own).
+func (f *scenarioFlags) specFor(cmd *cobra.Command, needModel bool) (job.Spec, sim.Options, error) {
+	o, err := f.optionsFor(cmd, needModel)
 	if err != nil {
 		return job.Spec{}, o, err
 	}
@@ -116,9 +122,12 @@ func newServerCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run one parameter server of a job (usually started by 'autobyte launch')",
-		Args:  cobra.NoArgs,
+		Long: `server runs one parameter server. It sums whatever tensors the workers push,
+so it needs no model: --workers, --servers and --ps-pull must match the
+workers' (they are checked at rendezvous); --model is accepted and ignored.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			spec, o, err := f.spec(cmd)
+			spec, o, err := f.specFor(cmd, false)
 			if err != nil {
 				return err
 			}

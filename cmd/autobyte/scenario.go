@@ -8,22 +8,20 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/units"
 )
 
-// ByteScheduler's released defaults, in elements, converted to fp32 bytes
-// (REFERENCE.md §2): partition 1M and credit 4M elements for parameter
-// servers, 8M and 16M elements for all-reduce.
+// ByteScheduler's released defaults and MXNet's big-array bound (see job).
 const (
-	psPartitionBytes = 4_000_000
-	psCreditBytes    = 16_000_000
-	arPartitionBytes = 32_000_000
-	arCreditBytes    = 64_000_000
-	// defaultShardBytes is MXNet's big-array bound (1M elements) in fp32.
-	defaultShardBytes = 4_000_000
+	psPartitionBytes  = job.PSPartitionBytes
+	psCreditBytes     = job.PSCreditBytes
+	arPartitionBytes  = job.ARPartitionBytes
+	arCreditBytes     = job.ARCreditBytes
+	defaultShardBytes = job.DefaultShardBytes
 )
 
 // scenarioFlags are the flags shared by every command that describes a job:
@@ -174,6 +172,12 @@ func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Co
 
 // options turns the flags into simulator options.
 func (f *scenarioFlags) options(cmd *cobra.Command) (sim.Options, error) {
+	return f.optionsFor(cmd, true)
+}
+
+// optionsFor is options; without needModel the profile is left nil (a
+// parameter server, or a script that brings its own model).
+func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Options, error) {
 	var o sim.Options
 	arch, err := sim.ParseArch(f.arch)
 	if err != nil {
@@ -215,9 +219,11 @@ func (f *scenarioFlags) options(cmd *cobra.Command) (sim.Options, error) {
 	if err != nil {
 		return o, err
 	}
-	p, err := f.loadProfile()
-	if err != nil {
-		return o, err
+	var p *model.Profile
+	if needModel || f.model != "" || f.profile != "" {
+		if p, err = f.loadProfile(); err != nil {
+			return o, err
+		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
 		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg, GlobalBarrier: barrier,
