@@ -51,9 +51,19 @@ buckets), so the cluster behaves like hosts on links of that rate.
 If any process fails, the others are stopped and launch exits non-zero with
 the failed process's error.`,
 		Example: `  autobyte launch --workers 4 --servers 2 --model resnet50 --bandwidth 1Gbps --iterations 10
-  autobyte launch --workers 4 --arch allreduce --model vgg16 --compute-scale 2 --json`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+  autobyte launch --workers 4 --arch allreduce --model vgg16 --compute-scale 2 --json
+  autobyte launch --workers 3 --servers 3 --bandwidth 1Gbps -- /usr/bin/python3 examples/torch_cnn.py --backend autobyte
+  autobyte launch --workers 3 --arch allreduce --bandwidth 1Gbps -- /usr/bin/python3 examples/torch_cnn.py --backend ddp`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+				return fmt.Errorf("unexpected arguments %q (a training command goes after --)", args)
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, script []string) error {
+			if len(script) > 0 {
+				return runScriptLaunch(cmd, &f, script, bedName, logLevel, peerTimeout)
+			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
 				return err
@@ -127,8 +137,49 @@ the failed process's error.`,
 	cmd.Flags().BoolVar(&useTLS, "tls", false, "use mutual TLS on every connection (a throw-away CA and certificate for this run)")
 	cmd.Flags().StringVar(&traceDir, "trace", "", "write each worker's Chrome-trace timeline to DIR/rank-N.json")
 	cmd.Flags().IntVar(&metricsPort, "metrics-port", 0, "serve worker r's Prometheus metrics on port PORT+r (0 = off)")
+	cmd.Long += `
+
+With a command after --, launch runs that command (a training script using
+the PyTorch plugin, python/autobyte) as every worker instead of replaying a
+model: it starts the parameter servers (--arch ps) and the script with
+RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, AUTOBYTE_* (the scheduling
+flags) and GLOO_SOCKET_IFNAME set, so torch DDP runs with the same command.
+Rank 0's output goes to stdout; the others' to stderr, prefixed. If one
+process fails, the rest are stopped within a few seconds.`
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
 	return cmd
+}
+
+// runScriptLaunch is launch with a training command after --.
+func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, logLevel string, peerTimeout time.Duration) error {
+	for _, name := range []string{"json", "verify", "tls", "trace", "metrics-port", "model", "profile", "iterations"} {
+		if cmd.Flags().Changed(name) {
+			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
+		}
+	}
+	spec, o, err := f.specFor(cmd, false)
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if peerTimeout <= 0 {
+		return fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()}
+	if bedName != "" {
+		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		lc.bed, lc.shaped = bed, 0
+	}
+	return launchScript(ctx, script, spec, lc, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
 // prepareTestbed loads testbed name, or creates it for this run (removed

@@ -1,0 +1,360 @@
+// Package bridge is the Go side of the language bindings (the PyTorch
+// plugin in python/autobyte): it turns a binding's tensor list and the
+// AUTOBYTE_* / torchrun environment into a connected worker engine
+// (job.ConnectWith), and exposes the few calls a binding needs: post a
+// gradient, wait for a layer's sums, close.
+//
+// It owns the environment contract of a scripted worker (see Settings) and
+// nothing else: no cgo (cmd/libautobyte wraps it for C callers), no Python,
+// no process launch.
+package bridge
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/units"
+	"github.com/autobyte/autobyte/worker"
+)
+
+// Tensor is one tensor the binding synchronises, in the binding's order
+// (its index is the tensor id of Post).
+type Tensor struct {
+	Name string `json:"name"`
+	// Layer is the tensor's layer; layers are numbered 0.. in the order the
+	// forward pass should receive them (lower = more urgent).
+	Layer int `json:"layer"`
+	Elems int `json:"elems"`
+}
+
+// Request is what a binding sends to Open, as JSON.
+type Request struct {
+	Tensors []Tensor `json:"tensors"`
+	// Settings override the environment, by variable name (e.g.
+	// "AUTOBYTE_PARTITION": "1MB"); see Settings.
+	Settings map[string]string `json:"settings,omitempty"`
+}
+
+// Settings is a scripted worker's configuration, read from the environment
+// the launcher (or torchrun) sets, with Request.Settings taking precedence:
+//
+//	RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT   rendezvous (rank 0 listens on MASTER_PORT)
+//	AUTOBYTE_TOKEN         shared secret of the job
+//	AUTOBYTE_ARCH          ps or allreduce (default: ps if AUTOBYTE_SERVERS > 0, else allreduce)
+//	AUTOBYTE_SERVERS       parameter servers (ps)
+//	AUTOBYTE_SCHEDULER     bytescheduler (default), priority or fifo
+//	AUTOBYTE_PARTITION     partition size, e.g. 4MB (default: ByteScheduler's, by arch)
+//	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, by arch)
+//	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
+//	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
+//	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
+//	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
+//	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
+//	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
+type Settings struct {
+	Spec job.Spec
+	Net  job.Net
+	Rank int
+}
+
+// getenv looks a variable up in the overrides, then the environment.
+type getenv func(string) string
+
+func lookup(over map[string]string, env func(string) string) getenv {
+	return func(k string) string {
+		if v, ok := over[k]; ok {
+			return v
+		}
+		return env(k)
+	}
+}
+
+// ParseSettings builds the job spec and network settings of a scripted
+// worker from the tensors and the environment (env is os.Getenv in
+// production). Every error names the variable and its value.
+func ParseSettings(req Request, env func(string) string) (Settings, error) {
+	var s Settings
+	get := lookup(req.Settings, env)
+	atoi := func(name string, def int) (int, error) {
+		v := get(name)
+		if v == "" {
+			return def, nil
+		}
+		n, err := strconv.Atoi(strings.TrimSpace(v))
+		if err != nil || n < 0 {
+			return 0, fmt.Errorf("%s=%q is not a non-negative integer", name, v)
+		}
+		return n, nil
+	}
+	var err error
+	if s.Rank, err = atoi("RANK", 0); err != nil {
+		return s, err
+	}
+	world, err := atoi("WORLD_SIZE", 1)
+	if err != nil {
+		return s, err
+	}
+	if world < 1 || s.Rank >= world {
+		return s, fmt.Errorf("RANK=%d is out of range for WORLD_SIZE=%d", s.Rank, world)
+	}
+	servers, err := atoi("AUTOBYTE_SERVERS", 0)
+	if err != nil {
+		return s, err
+	}
+	arch := worker.AllReduce
+	switch a := get("AUTOBYTE_ARCH"); a {
+	case "":
+		if servers > 0 {
+			arch = worker.PS
+		}
+	case "ps":
+		arch = worker.PS
+		if servers < 1 {
+			return s, fmt.Errorf("AUTOBYTE_ARCH=ps needs AUTOBYTE_SERVERS >= 1, got %d", servers)
+		}
+	case "allreduce":
+		if servers > 0 {
+			return s, fmt.Errorf("AUTOBYTE_ARCH=allreduce has no parameter servers, got AUTOBYTE_SERVERS=%d", servers)
+		}
+	default:
+		return s, fmt.Errorf("AUTOBYTE_ARCH=%q: want ps or allreduce", a)
+	}
+	cfg, err := schedConfig(get, arch)
+	if err != nil {
+		return s, err
+	}
+	shard := int64(job.DefaultShardBytes)
+	if v := get("AUTOBYTE_SHARD"); v != "" {
+		if shard, err = units.ParseBytes(v); err != nil {
+			return s, fmt.Errorf("AUTOBYTE_SHARD=%q: %w", v, err)
+		}
+	}
+	if arch == worker.AllReduce {
+		shard = 0
+	}
+	pull := false
+	switch v := get("AUTOBYTE_PS_PULL"); v {
+	case "", "0", "false":
+	case "1", "true":
+		pull = true
+	default:
+		return s, fmt.Errorf("AUTOBYTE_PS_PULL=%q: want 0 or 1", v)
+	}
+	prof, err := profileOf(req.Tensors)
+	if err != nil {
+		return s, err
+	}
+	s.Spec = job.Spec{Profile: prof, Arch: arch, Workers: world, Servers: servers, Sched: cfg,
+		ShardBytes: shard, PullMode: pull}
+	if err := s.Spec.Validate(); err != nil {
+		return s, err
+	}
+	s.Net, err = netOf(get, s.Rank, world)
+	return s, err
+}
+
+func schedConfig(get getenv, arch worker.Arch) (sched.Config, error) {
+	part, credit := get("AUTOBYTE_PARTITION"), get("AUTOBYTE_CREDIT")
+	switch v := get("AUTOBYTE_SCHEDULER"); v {
+	case "fifo", "priority":
+		if part != "" || credit != "" {
+			return sched.Config{}, fmt.Errorf("AUTOBYTE_PARTITION and AUTOBYTE_CREDIT apply to AUTOBYTE_SCHEDULER=bytescheduler, not %q", v)
+		}
+		if v == "fifo" {
+			return sched.Config{Order: sched.OrderFIFO}, nil
+		}
+		return sched.Config{Order: sched.OrderPriority}, nil
+	case "", "bytescheduler":
+	default:
+		return sched.Config{}, fmt.Errorf("AUTOBYTE_SCHEDULER=%q: want bytescheduler, priority or fifo", v)
+	}
+	cfg := job.ByteSchedulerDefaults(arch)
+	var err error
+	if part != "" {
+		if cfg.PartitionBytes, err = units.ParseBytes(part); err != nil {
+			return cfg, fmt.Errorf("AUTOBYTE_PARTITION=%q: %w", part, err)
+		}
+	}
+	if credit != "" {
+		if cfg.CreditBytes, err = units.ParseBytes(credit); err != nil {
+			return cfg, fmt.Errorf("AUTOBYTE_CREDIT=%q: %w", credit, err)
+		}
+	}
+	return cfg, cfg.Validate()
+}
+
+// profileOf turns the binding's tensors into a model profile without
+// compute times: layers in the order given by Tensor.Layer.
+func profileOf(ts []Tensor) (*model.Profile, error) {
+	if len(ts) == 0 {
+		return nil, fmt.Errorf("bridge: no tensors to synchronise (does the model have trainable float32 parameters?)")
+	}
+	p := &model.Profile{Name: "script", BatchSize: 1, Device: "script", BytesPerParam: 4}
+	for i, t := range ts {
+		if t.Layer < 0 || t.Layer >= len(ts) {
+			return nil, fmt.Errorf("bridge: tensor %d %q: layer %d out of range 0..%d", i, t.Name, t.Layer, len(ts)-1)
+		}
+		if t.Elems < 1 {
+			return nil, fmt.Errorf("bridge: tensor %d %q: %d elements, want >= 1", i, t.Name, t.Elems)
+		}
+		for len(p.Layers) <= t.Layer {
+			p.Layers = append(p.Layers, model.Layer{Name: "layer" + strconv.Itoa(len(p.Layers))})
+		}
+		l := &p.Layers[t.Layer]
+		l.Tensors = append(l.Tensors, model.Tensor{Name: t.Name, Params: int64(t.Elems)})
+	}
+	// TensorsOf numbers tensors layer by layer; the binding's ids must be
+	// the same numbers.
+	id := 0
+	for l, layer := range p.Layers {
+		if len(layer.Tensors) == 0 {
+			return nil, fmt.Errorf("bridge: layer %d has no tensors (layers must be numbered 0..%d without gaps)", l, len(p.Layers)-1)
+		}
+		for _, t := range layer.Tensors {
+			if ts[id].Name != t.Name {
+				return nil, fmt.Errorf("bridge: tensor %d %q is listed out of layer order (tensors must be sorted by layer)", id, ts[id].Name)
+			}
+			id++
+		}
+	}
+	return p, p.Validate()
+}
+
+func netOf(get getenv, rank, world int) (job.Net, error) {
+	var n job.Net
+	addr, port := get("MASTER_ADDR"), get("MASTER_PORT")
+	switch {
+	case addr == "" && world == 1:
+		addr = "127.0.0.1"
+	case addr == "":
+		return n, fmt.Errorf("MASTER_ADDR is not set (rank 0's address; %d workers need a rendezvous)", world)
+	}
+	if port == "" {
+		if world > 1 {
+			return n, fmt.Errorf("MASTER_PORT is not set (the port rank 0 listens on for the rendezvous)")
+		}
+		p, err := cluster.FreePort()
+		if err != nil {
+			return n, err
+		}
+		port = strconv.Itoa(p)
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+		return n, fmt.Errorf("MASTER_PORT=%q is not a port number", port)
+	}
+	n.Master = net.JoinHostPort(addr, port)
+	n.Token = get("AUTOBYTE_TOKEN")
+	if n.Token == "" {
+		if world > 1 {
+			return n, fmt.Errorf("AUTOBYTE_TOKEN is not set: every process of the job needs the same secret ('autobyte launch' sets one; under torchrun export AUTOBYTE_TOKEN yourself)")
+		}
+		n.Token = "single-process"
+	}
+	n.Listen = get("AUTOBYTE_LISTEN")
+	if v := get("AUTOBYTE_BANDWIDTH"); v != "" {
+		bw, err := units.ParseRate(v)
+		if err != nil {
+			return n, fmt.Errorf("AUTOBYTE_BANDWIDTH=%q: %w", v, err)
+		}
+		n.BandwidthBps = bw
+	}
+	n.PeerTimeout = 5 * time.Second
+	if v := get("AUTOBYTE_PEER_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return n, fmt.Errorf("AUTOBYTE_PEER_TIMEOUT=%q: want a positive duration such as 5s", v)
+		}
+		n.PeerTimeout = d
+	}
+	var level slog.Level
+	if v := get("AUTOBYTE_LOG_LEVEL"); v == "" {
+		level = slog.LevelWarn
+	} else if err := level.UnmarshalText([]byte(v)); err != nil {
+		return n, fmt.Errorf("AUTOBYTE_LOG_LEVEL=%q: want debug, info, warn or error", v)
+	}
+	n.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("rank", rank)
+	return n, nil
+}
+
+// Session is one connected worker of a scripted job.
+type Session struct {
+	w        *job.Worker
+	settings Settings
+	tensors  []Tensor
+
+	mu     sync.Mutex
+	closed bool
+}
+
+// Open parses the request, joins the job and starts the engine. It blocks
+// until every process of the job has joined (or ctx ends).
+func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Session, error) {
+	var req Request
+	dec := json.NewDecoder(strings.NewReader(string(reqJSON)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		return nil, fmt.Errorf("bridge: bad request %.80q: %w", reqJSON, err)
+	}
+	st, err := ParseSettings(req, env)
+	if err != nil {
+		return nil, err
+	}
+	w, err := job.ConnectWith(ctx, st.Spec, st.Rank, st.Net, job.ConnectOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &Session{w: w, settings: st, tensors: req.Tensors}, nil
+}
+
+// Settings is what the session runs with.
+func (s *Session) Settings() Settings { return s.settings }
+
+// Post hands over tensor's gradient of iteration; the engine overwrites
+// data with the sum over all workers. The caller must keep data alive and
+// untouched until WaitLayer returns for the tensor's layer and iteration.
+func (s *Session) Post(tensor, iteration int, data []float32) error {
+	if iteration < 0 {
+		return fmt.Errorf("bridge: iteration %d < 0", iteration)
+	}
+	return s.w.Post(tensor, iteration, data)
+}
+
+// WaitLayer blocks until every tensor of layer of iteration is summed.
+func (s *Session) WaitLayer(layer, iteration int) error { return s.w.WaitLayer(layer, iteration) }
+
+// Close ends the session: ok says goodbye to every peer (the job ended
+// normally); otherwise connections close with an error the peers report.
+// Closing twice is a no-op.
+func (s *Session) Close(ok bool, reason string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	var cause error
+	if !ok {
+		if reason == "" {
+			reason = "the training script failed"
+		}
+		cause = fmt.Errorf("worker %d: %s", s.settings.Rank, reason)
+	}
+	err := s.w.Engine.Err()
+	s.w.Close(cause)
+	if ok {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+"""A small Transformer language model on synthetic tokens (the output layer
+shares the embedding's weights), data-parallel with autobyte or torch DDP.
+
+    autobyte launch --workers 3 --servers 3 --bandwidth 200Mbps -- \\
+        /usr/bin/python3 examples/torch_lm.py --backend autobyte --iterations 30
+
+Prints one JSON line (rank 0): backend, iteration_time_s (steady-state
+mean), final_loss, ...
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+
+import torch_common
+
+
+class LM(nn.Module):
+    def __init__(self, vocab, dim, layers, heads, seq):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
+        self.blocks = nn.ModuleList(
+            nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True) for _ in range(layers))
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, vocab, bias=False)
+        self.head.weight = self.embed.weight  # tied: one parameter used twice
+        mask = torch.triu(torch.full((seq, seq), float("-inf")), diagonal=1)
+        self.register_buffer("mask", mask)
+
+    def forward(self, tokens):
+        h = self.embed(tokens) * math.sqrt(self.embed.embedding_dim) + self.pos[: tokens.shape[1]]
+        for b in self.blocks:
+            h = b(h, src_mask=self.mask)
+        return self.head(self.norm(h))
+
+
+def main():
+    p = torch_common.parser(__doc__.splitlines()[0])
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--dim", type=int, default=256)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    p.set_defaults(batch=16)
+    args = p.parse_args()
+    torch_common.check(args)
+    for name in ("vocab", "dim", "layers", "heads", "seq"):
+        if getattr(args, name) < 1:
+            p.error("--%s must be >= 1" % name)
+    if args.dim % args.heads:
+        p.error("--dim %d must be a multiple of --heads %d" % (args.dim, args.heads))
+    torch.manual_seed(args.seed)
+    model = LM(args.vocab, args.dim, args.layers, args.heads, args.seq)
+
+    def batch(gen):
+        # Tokens follow a noisy "next = previous + 1" rule, so there is
+        # something to learn.
+        start = torch.randint(0, args.vocab, (args.batch, 1), generator=gen)
+        steps = torch.arange(args.seq + 1).unsqueeze(0)
+        noise = (torch.rand(args.batch, args.seq + 1, generator=gen) < 0.1).long() * torch.randint(
+            0, args.vocab, (args.batch, args.seq + 1), generator=gen)
+        seq = (start + steps + noise) % args.vocab
+        return seq[:, :-1], seq[:, 1:]
+
+    def loss(logits, target):
+        return nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+    torch_common.train(args, model, batch, loss)
+
+
+if __name__ == "__main__":
+    main()
