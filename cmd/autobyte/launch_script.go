@@ -234,6 +234,10 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	}
 	start := time.Now()
 	var failure error
+	// A process killed by a signal is the likeliest root cause: the others
+	// fail because they lost it, possibly before launch hears of the kill.
+	failureKilled := false
+	stopping := false // launch is stopping the processes itself
 	workersLeft := spec.Workers
 	var deadline <-chan time.Time
 	for running > 0 {
@@ -243,7 +247,14 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 			if !e.p.server {
 				workersLeft--
 			}
-			if e.err != nil && failure == nil {
+			killed := false
+			if ee, ok := e.err.(*exec.ExitError); ok {
+				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+					killed = true
+				}
+			}
+			if e.err != nil && (failure == nil || killed && !failureKilled && !stopping) {
+				failureKilled = killed
 				mu.Lock()
 				why := e.p.last
 				mu.Unlock()
@@ -251,13 +262,16 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 					why = e.err.Error()
 				}
 				failure = fmt.Errorf("launch: %s failed (%v) after %s: %s", e.p.name, e.err, units.FormatSeconds(time.Since(start).Seconds()), why)
-				deadline = time.After(scriptGrace)
+				if deadline == nil {
+					deadline = time.After(scriptGrace)
+				}
 			}
 			if failure == nil && workersLeft == 0 && deadline == nil {
 				// Servers end after every worker's goodbye.
 				deadline = time.After(10 * time.Second)
 			}
 		case <-deadline:
+			stopping = true
 			if failure == nil {
 				failure = fmt.Errorf("launch: parameter servers did not exit 10 s after the last worker (a worker left without saying goodbye?)")
 			}
@@ -265,6 +279,7 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 			deadline = time.After(time.Second)
 			go func() { time.Sleep(time.Second); stop(syscall.SIGKILL) }()
 		case <-ctx.Done():
+			stopping = true
 			stop(syscall.SIGTERM)
 			go func() { time.Sleep(time.Second); stop(syscall.SIGKILL) }()
 			if failure == nil {

@@ -40,6 +40,7 @@ import atexit
 import os
 import sys
 import threading
+import types
 import weakref
 
 import torch
@@ -404,16 +405,21 @@ def DistributedOptimizer(optimizer, model, broadcast=True):
     optimizer._autobyte = s
     zero = optimizer.zero_grad
     state_dict = optimizer.state_dict
-    optimizer.step = s.step
-    optimizer.synchronize = s.synchronize
 
-    def zero_grad(set_to_none=False):
-        zero(set_to_none=set_to_none)
+    # Bound to the optimizer itself (not the session): learning-rate
+    # schedulers wrap optimizer.step and count calls on its __self__.
+    def step(self, closure=None):
+        return self._autobyte.step(closure)
 
-    def synced_state_dict():
-        s.synchronize()
+    def synchronize(self):
+        self._autobyte.synchronize()
+
+    def synced_state_dict(self):
+        self._autobyte.synchronize()
         return state_dict()
 
-    optimizer.zero_grad = zero_grad
-    optimizer.state_dict = synced_state_dict
+    optimizer.step = types.MethodType(step, optimizer)
+    optimizer.synchronize = types.MethodType(synchronize, optimizer)
+    optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)
+    optimizer.zero_grad = zero
     return optimizer

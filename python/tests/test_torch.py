@@ -1,0 +1,258 @@
+"""Tests of the PyTorch plugin (run: /usr/bin/python3 -m unittest discover -s python/tests -v).
+
+Multi-worker runs go through the real launcher (`autobyte launch -- ...`):
+parameter servers and workers are separate processes on loopback TCP.
+$AUTOBYTE_BIN names the autobyte binary; otherwise it is built from this
+checkout once per run.
+"""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import autobyte.torch as ab  # noqa: E402
+from autobyte import AutobyteError  # noqa: E402
+
+WORKER = os.path.join(HERE, "dp_worker.py")
+PY = sys.executable
+TOL = 1e-5
+_tmp = tempfile.mkdtemp(prefix="autobyte-torch-test-")
+_bin = None
+
+
+def autobyte_bin():
+    global _bin
+    if _bin is None:
+        _bin = os.environ.get("AUTOBYTE_BIN")
+        if not _bin:
+            _bin = os.path.join(_tmp, "autobyte")
+            go = shutil.which("go") or "/usr/local/go/bin/go"
+            subprocess.run([go, "build", "-o", _bin, "./cmd/autobyte"], cwd=ROOT, check=True)
+    return _bin
+
+
+def tearDownModule():
+    ab.shutdown()
+    shutil.rmtree(_tmp, ignore_errors=True)
+
+
+def launch(launch_args, worker_args, timeout=120):
+    """Runs dp_worker.py under `autobyte launch`; returns (rc, output, seconds)."""
+    cmd = [autobyte_bin(), "launch"] + launch_args + ["--", PY, WORKER] + worker_args
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    return r.returncode, r.stdout, time.monotonic() - t0
+
+
+def run_ok(test, launch_args, worker_args):
+    rc, out, _ = launch(launch_args, worker_args)
+    test.assertEqual(rc, 0, "launch %s -- %s failed:\n%s" % (launch_args, worker_args, out))
+
+
+def reference(test, worker_args, out):
+    r = subprocess.run([PY, WORKER, "--backend", "reference", "--out", out] + worker_args, cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    test.assertEqual(r.returncode, 0, r.stdout)
+    return torch.load(out)
+
+
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
+
+
+class Compare:
+    def assertSameTraining(self, got, want, what, params_only=None):
+        lg, lw = torch.tensor(got["losses"]), torch.tensor(want["losses"])
+        self.assertEqual(len(lg), len(lw))
+        worst_loss = ((lg - lw).abs() / lw.abs()).max().item()
+        self.assertLessEqual(worst_loss, TOL, "%s: losses differ by %.2e relative:\n%s\n%s" % (what, worst_loss, lg, lw))
+        for k, v in got["state"].items():
+            if params_only is not None and k not in params_only:
+                continue
+            r = rel(v, want["state"][k])
+            self.assertLessEqual(r, TOL, "%s: parameter %s differs by %.2e relative" % (what, k, r))
+
+    def assertRanksEqual(self, out, workers, keys=None):
+        base = torch.load(out)["state"]
+        for r in range(1, workers):
+            other = torch.load("%s.rank%d" % (out, r))["state"]
+            for k in keys or base:
+                self.assertTrue(torch.equal(base[k], other[k]), "rank %d's %s differs from rank 0's" % (r, k))
+
+
+class SameMath(unittest.TestCase, Compare):
+    """3 workers, 20 steps, fixed seeds: autobyte matches torch DDP on gloo
+    and the exact data-parallel update (one process, all ranks' batches)."""
+
+    def check(self, optimizer, launch_args, ddp=False):
+        args = ["--model", "smooth", "--optimizer", optimizer, "--iterations", "20"]
+        want = reference(self, args, os.path.join(_tmp, "ref-%s.pt" % optimizer))
+        out = os.path.join(_tmp, "ab-%s-%d.pt" % (optimizer, len(launch_args)))
+        run_ok(self, ["--workers", "3"] + launch_args, ["--backend", "autobyte", "--out", out] + args)
+        got = torch.load(out)
+        self.assertSameTraining(got, want, "autobyte %s vs reference (%s)" % (optimizer, launch_args))
+        self.assertRanksEqual(out, 3)
+        # Training moved the parameters (the comparison is not vacuous).
+        self.assertGreater(abs(got["losses"][0] - got["losses"][-1]), 1e-3)
+        if ddp:
+            dout = os.path.join(_tmp, "ddp-%s.pt" % optimizer)
+            run_ok(self, ["--workers", "3", "--arch", "allreduce"], ["--backend", "ddp", "--out", dout] + args)
+            self.assertSameTraining(got, torch.load(dout), "autobyte %s vs DDP" % optimizer)
+
+    def test_sgd_momentum_ps(self):
+        self.check("sgd", ["--servers", "2", "--partition", "4KB", "--credit", "16KB"], ddp=True)
+
+    def test_sgd_momentum_allreduce(self):
+        self.check("sgd", ["--arch", "allreduce", "--partition", "8KB", "--credit", "32KB"])
+
+    def test_nesterov_ps(self):
+        self.check("nesterov", ["--servers", "1"])
+
+    def test_adam_ps(self):
+        self.check("adam", ["--servers", "2", "--partition", "4KB", "--credit", "16KB"], ddp=True)
+
+    def test_adam_allreduce(self):
+        self.check("adam", ["--arch", "allreduce", "--scheduler", "fifo"])
+
+    def test_adamw_ps(self):
+        self.check("adamw", ["--servers", "3"])
+
+
+class Features(unittest.TestCase, Compare):
+    """Shared (tied) parameters, a frozen weight, a branch unused on odd
+    steps and BatchNorm train like the exact data-parallel update."""
+
+    def check(self, optimizer):
+        args = ["--model", "features", "--optimizer", optimizer, "--iterations", "12"]
+        want = reference(self, args, os.path.join(_tmp, "fref-%s.pt" % optimizer))
+        out = os.path.join(_tmp, "fab-%s.pt" % optimizer)
+        run_ok(self, ["--workers", "3", "--servers", "2", "--partition", "256B", "--credit", "1KB"],
+               ["--backend", "autobyte", "--out", out] + args)
+        got = torch.load(out)
+        params = [k for k in got["state"] if "running" not in k and "num_batches" not in k]
+        self.assertSameTraining(got, want, "features/%s" % optimizer, params_only=params)
+        # Parameters and buffers (broadcast at start) agree across ranks;
+        # BatchNorm's running statistics are each worker's own afterwards.
+        self.assertRanksEqual(out, 3, keys=params)
+        self.assertTrue(torch.equal(got["state"]["frozen.weight"], want["state"]["frozen.weight"]),
+                        "the frozen weight changed")
+        self.assertTrue(torch.equal(got["state"]["out.weight"], got["state"]["embed.weight"]))
+        self.assertEqual(int(got["state"]["bn.num_batches_tracked"]), 12)
+
+    def test_sgd(self):
+        self.check("sgd")
+
+    def test_adam(self):
+        self.check("adam")
+
+
+class Faults(unittest.TestCase):
+    """A killed worker ends the whole job with a clear error within 10 s and
+    leaves no process behind."""
+
+    def check(self, rank):
+        stamp = os.path.join(_tmp, "died-%d" % rank)
+        args = ["--backend", "autobyte", "--iterations", "400", "--die-at", "5", "--die-rank", str(rank), "--die-stamp", stamp]
+        rc, out, _ = launch(["--workers", "3", "--servers", "2"], args, timeout=60)
+        ended = time.time()
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("launch: worker %d failed (signal: killed)" % rank, out)
+        with open(stamp) as f:
+            died = float(f.read())
+        self.assertLess(ended - died, 10, "the job took %.1f s to end after worker %d died:\n%s" % (ended - died, rank, out))
+        print("\n  worker %d killed: job ended %.2f s later" % (rank, ended - died), file=sys.stderr)
+        left = subprocess.run(["pgrep", "-f", WORKER], stdout=subprocess.PIPE, text=True).stdout.split()
+        self.assertEqual(left, [], "worker processes left behind: %s" % left)
+        left = subprocess.run(["pgrep", "-f", autobyte_bin() + " server"], stdout=subprocess.PIPE, text=True).stdout.split()
+        self.assertEqual(left, [], "server processes left behind: %s" % left)
+        return out
+
+    def test_kill_worker_2(self):
+        out = self.check(2)
+        self.assertRegex(out, r"after \d+(\.\d+)? ?m?s")
+
+    def test_kill_worker_0(self):
+        self.check(0)
+
+
+class Errors(unittest.TestCase):
+    """Unsupported use fails with a message that says what and why (one
+    process: WORLD_SIZE unset)."""
+
+    def tearDown(self):
+        ab.shutdown()
+
+    def model(self):
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+    def test_unsupported_optimizer(self):
+        m = self.model()
+        with self.assertRaisesRegex(AutobyteError, "RMSprop is not supported; use torch.optim.SGD, Adam or AdamW"):
+            ab.DistributedOptimizer(torch.optim.RMSprop(m.parameters(), lr=0.1), m)
+
+    def test_float64_model(self):
+        m = self.model().double()
+        with self.assertRaisesRegex(AutobyteError, r"parameter 0.weight has dtype torch.float64"):
+            ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+
+    def test_nothing_to_train(self):
+        m = self.model()
+        for p in m.parameters():
+            p.requires_grad_(False)
+        with self.assertRaisesRegex(AutobyteError, "no trainable float32 parameters"):
+            ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+
+    def test_foreign_parameter(self):
+        m = self.model()
+        stray = torch.nn.Parameter(torch.zeros(3))
+        with self.assertRaisesRegex(AutobyteError, "not a parameter of the model"):
+            ab.DistributedOptimizer(torch.optim.SGD(list(m.parameters()) + [stray], lr=0.1), m)
+
+    def test_two_backwards_per_step(self):
+        m = self.model()
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        m(torch.randn(2, 4)).sum().backward()
+        with self.assertRaisesRegex(AutobyteError, "computed twice in iteration 0"):
+            m(torch.randn(2, 4)).sum().backward()
+
+    def test_closure(self):
+        m = self.model()
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        with self.assertRaisesRegex(AutobyteError, "closure"):
+            opt.step(lambda: 0)
+
+    def test_one_process_equals_plain_torch(self):
+        # One worker: the plugin's update is torch's own, step for step.
+        m1, m2 = self.model(), self.model()
+        o1 = ab.DistributedOptimizer(torch.optim.Adam(m1.parameters(), lr=0.01), m1)
+        o2 = torch.optim.Adam(m2.parameters(), lr=0.01)
+        sched = torch.optim.lr_scheduler.StepLR(o1, step_size=2, gamma=0.5)
+        sched2 = torch.optim.lr_scheduler.StepLR(o2, step_size=2, gamma=0.5)
+        g = torch.Generator().manual_seed(3)
+        for _ in range(6):
+            x = torch.randn(5, 4, generator=g)
+            for m, o, s in ((m1, o1, sched), (m2, o2, sched2)):
+                o.zero_grad()
+                m(x).pow(2).sum().backward()
+                o.step()
+                s.step()
+        o1.synchronize()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
+
+
+if __name__ == "__main__":
+    unittest.main()
