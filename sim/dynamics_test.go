@@ -661,3 +661,18 @@ func TestDynamicsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestStatsRoundTrip: every iteration's statistics carry the round trip
+// between two hosts, twice the configured one-way latency.
+func TestStatsRoundTrip(t *testing.T) {
+	for _, lat := range []float64{0, 30e-6} {
+		o := toyOptions(t, sched.Config{}, true)
+		o.LatencyS = lat
+		r := run(t, o)
+		for k, st := range r.Stats {
+			if st.RoundTripS != 2*lat {
+				t.Errorf("latency %v s, iteration %d: round trip %v s, want %v", lat, k, st.RoundTripS, 2*lat)
+			}
+		}
+	}
+}

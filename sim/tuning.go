@@ -82,7 +82,7 @@ type iterAcct struct {
 func (s *simulation) jobContext() tune.Stats {
 	o := s.o
 	st := tune.Stats{ModelBytes: o.Profile.TotalBytes(), Tensors: len(s.tensors), Workers: o.Workers,
-		Servers: o.Servers, Arch: o.Arch.String()}
+		Servers: o.Servers, Arch: o.Arch.String(), RoundTripS: 2 * o.LatencyS}
 	var largest int64
 	for _, t := range s.tensors {
 		largest = max(largest, t.bytes)

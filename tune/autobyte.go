@@ -426,10 +426,11 @@ func (a *AutoByte) propose(it int, c sched.Config) Proposal {
 // learn records that, from statistics state, the configuration of
 // measured (measured.Config) ran at t seconds per iteration.
 func (a *AutoByte) learn(state, measured Stats, t float64) {
-	if a.o.FineTuneSteps < 0 || !(t > 0) || !(ReferenceTimeS(state) > 0) {
+	kind := a.meta.Header.Target
+	if a.o.FineTuneSteps < 0 || !(t > 0) || !MetaTargetOK(kind, state) {
 		return
 	}
-	a.buf = append(a.buf, MetaExample{X: MetaFeatures(nil, state, measured.Config), Y: MetaTarget(state, t)})
+	a.buf = append(a.buf, MetaExample{X: MetaFeatures(nil, state, measured.Config), Y: MetaTarget(kind, state, t)})
 	if len(a.buf) > a.o.Buffer {
 		a.buf = a.buf[len(a.buf)-a.o.Buffer:]
 	}

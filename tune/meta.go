@@ -2,8 +2,9 @@ package tune
 
 // The meta-network: a small multilayer perceptron that predicts, from one
 // window of runtime statistics and a candidate (partition, credit), the
-// iteration time the job would have under the candidate, relative to a
-// reference computed from the same statistics. See docs/tuner.md.
+// iteration time the job would have under the candidate, relative to the
+// iteration time measured in that window (or, for older weights, to a
+// reference computed from the same statistics). See docs/tuner.md.
 
 import (
 	_ "embed"
@@ -46,17 +47,23 @@ var MetaFeatureNames = []string{
 	"log_credit_over_partition", // log(candidate credit / candidate partition)
 	"log_partition_change",      // log(candidate partition / current partition)
 	"log_credit_change",         // log(candidate credit / current credit)
+	"log_partition_time_rtt",    // log(candidate partition's transfer time at B / round trip)
+	"log_credit_time_rtt",       // log(candidate credit's transfer time at B / round trip)
 }
 
 // metaNumFeatures is len(MetaFeatureNames).
-const metaNumFeatures = 20
+const metaNumFeatures = 22
+
+// metaDefaultRTT is the round trip assumed when the statistics carry none.
+const metaDefaultRTT = 100e-6
 
 // metaMaxRel caps sizes relative to the model: a partition of 0 (none) or
 // above S means whole tensors, a credit of 0 (no window) or above
 // metaMaxRel·S means every piece may start.
 const metaMaxRel = 16
 
-// ReferenceTimeS is the reference the meta-network's target is relative to:
+// ReferenceTimeS is the reference of the target MetaTargetReference and of
+// the feature log_time_over_reference:
 // the largest of the compute time (forward + backward) and the link bounds
 // that follow from the statistics alone (REFERENCE.md §5): S/B per worker
 // and N·S/(M·B) per server for parameter servers, 2(N-1)/N·S/B for ring
@@ -143,6 +150,15 @@ func MetaFeatures(dst []float64, s Stats, cand sched.Config) []float64 {
 	}
 	cp, cc := metaSizes(s.Config, S)
 	p, c := metaSizes(cand, S)
+	rtt := s.RoundTripS
+	if !(rtt > 0) {
+		rtt = metaDefaultRTT
+	}
+	var pTime, cTime float64
+	if s.BandwidthBps > 0 {
+		pTime = metaLog(p * S / s.BandwidthBps / rtt)
+		cTime = metaLog(c * S / s.BandwidthBps / rtt)
+	}
 	return append(dst,
 		commRatio,
 		math.Log(float64(max(s.Workers, 1))),
@@ -164,6 +180,8 @@ func MetaFeatures(dst []float64, s Stats, cand sched.Config) []float64 {
 		math.Log(c/p),
 		math.Log(p/cp),
 		math.Log(c/cc),
+		pTime,
+		cTime,
 	)
 }
 
@@ -174,7 +192,7 @@ type Meta struct {
 	// Features names the inputs (MetaFeatureNames when trained).
 	Features []string `json:"features"`
 	// InMean and InStd standardise the inputs; OutMean and OutStd map the
-	// network's output back to log(iteration time / ReferenceTimeS).
+	// network's output back to the target (MetaTarget of Header.Target).
 	InMean  []float64 `json:"in_mean"`
 	InStd   []float64 `json:"in_std"`
 	OutMean float64   `json:"out_mean"`
@@ -195,8 +213,11 @@ type MetaLayer struct {
 // MetaHeader records how a network was trained and how well it predicts
 // held-out models.
 type MetaHeader struct {
-	Command          string   `json:"command"`
-	Seed             uint64   `json:"seed"`
+	Command string `json:"command"`
+	Seed    uint64 `json:"seed"`
+	// Target is what the network predicts (MetaTargetReference or
+	// MetaTargetCurrent; "" is MetaTargetReference).
+	Target           string   `json:"target,omitempty"`
 	TrainModels      []string `json:"train_models"`
 	HeldOutModels    []string `json:"held_out_models"`
 	TrainScenarios   int      `json:"train_scenarios"`
@@ -245,6 +266,9 @@ func ParseMeta(data []byte) (*Meta, error) {
 }
 
 func (m *Meta) validate() error {
+	if !validMetaTarget(m.Header.Target) {
+		return fmt.Errorf("tune: meta-network target %q, want %q or %q", m.Header.Target, MetaTargetReference, MetaTargetCurrent)
+	}
 	if len(m.Features) != metaNumFeatures {
 		return fmt.Errorf("tune: meta-network has %d features, this build computes %d", len(m.Features), metaNumFeatures)
 	}
@@ -338,15 +362,16 @@ func (m *Meta) forward(x []float64, sc *metaScratch) float64 {
 	return in[0]
 }
 
-// PredictLog returns the predicted log(iteration time / ReferenceTimeS(s))
-// of candidate cand, given statistics s measured under s.Config.
+// PredictLog returns the predicted log(iteration time / denominator) of
+// candidate cand, given statistics s measured under s.Config; the
+// denominator is s.IterationTimeS or ReferenceTimeS(s), as Header.Target
+// says (MetaTarget).
 func (m *Meta) PredictLog(s Stats, cand sched.Config) float64 {
 	x := MetaFeatures(make([]float64, 0, metaNumFeatures), s, cand)
 	return m.forward(x, m.newScratch())*m.OutStd + m.OutMean
 }
 
-// Score returns the predicted log(iteration time / reference) of every
-// candidate, given statistics s measured under s.Config; dst is reused if
+// Score returns PredictLog of every candidate, given statistics s measured under s.Config; dst is reused if
 // it has the capacity.
 func (m *Meta) Score(dst []float64, s Stats, cands []sched.Config) []float64 {
 	dst = dst[:0]
@@ -419,7 +444,7 @@ func (m *Meta) accumulate(x []float64, y float64, sc *metaScratch, g *metaGrad) 
 }
 
 // MetaExample is one training pair: features (MetaFeatures) and the target
-// log(iteration time / reference).
+// of the network's Header.Target (MetaTarget).
 type MetaExample struct {
 	X []float64
 	Y float64

@@ -119,19 +119,50 @@ func MeanStats(ss []Stats) Stats {
 	return m
 }
 
-// MetaTarget is the training target of a run measured at iteration time t
-// under statistics s: log(t / ReferenceTimeS(s)).
-func MetaTarget(s Stats, t float64) float64 { return metaLog(t / ReferenceTimeS(s)) }
+// What a network predicts (MetaHeader.Target): the log of the candidate's
+// iteration time relative to ReferenceTimeS of the state
+// (MetaTargetReference, also what a header without a target means) or to
+// the iteration time measured in the state (MetaTargetCurrent).
+const (
+	MetaTargetReference = "reference"
+	MetaTargetCurrent   = "current"
+)
 
-// MetaExamples turns the runs into examples: every ordered pair (a, b) of
-// runs of a scenario, a's statistics as the state and b's configuration
-// and time as candidate and target.
-func MetaExamples(data []MetaScenarioRuns) []MetaExample {
+// validMetaTarget reports whether kind names a target ("" is
+// MetaTargetReference).
+func validMetaTarget(kind string) bool {
+	return kind == "" || kind == MetaTargetReference || kind == MetaTargetCurrent
+}
+
+// MetaTarget is the training target of kind for a run measured at
+// iteration time t from state s: log(t / ReferenceTimeS(s)) or log(t /
+// s.IterationTimeS). It is only meaningful when that denominator is
+// positive (MetaTargetOK).
+func MetaTarget(kind string, s Stats, t float64) float64 {
+	if kind == MetaTargetCurrent {
+		return metaLog(t / s.IterationTimeS)
+	}
+	return metaLog(t / ReferenceTimeS(s))
+}
+
+// MetaTargetOK reports whether state s has the denominator target kind
+// needs.
+func MetaTargetOK(kind string, s Stats) bool {
+	if kind == MetaTargetCurrent {
+		return s.IterationTimeS > 0
+	}
+	return ReferenceTimeS(s) > 0
+}
+
+// MetaExamples turns the runs into examples of target kind: every ordered
+// pair (a, b) of runs of a scenario, a's statistics as the state and b's
+// configuration and time as candidate and target.
+func MetaExamples(data []MetaScenarioRuns, kind string) []MetaExample {
 	var out []MetaExample
 	for _, d := range data {
 		for _, a := range d.Runs {
 			for _, b := range d.Runs {
-				out = append(out, MetaExample{X: MetaFeatures(nil, a.Stats, b.Config), Y: MetaTarget(a.Stats, b.IterationTimeS)})
+				out = append(out, MetaExample{X: MetaFeatures(nil, a.Stats, b.Config), Y: MetaTarget(kind, a.Stats, b.IterationTimeS)})
 			}
 		}
 	}
@@ -147,6 +178,9 @@ type MetaTrainOptions struct {
 	// LR is Adam's step size; it decays linearly to LR/10 over the epochs.
 	LR   float64
 	Seed uint64
+	// Target is what the examples' Y are (MetaTargetReference or
+	// MetaTargetCurrent); it is recorded in the header.
+	Target string
 	// Progress, if set, is called after every epoch with the epoch's mean
 	// squared error (log units).
 	Progress func(epoch int, mse float64)
@@ -160,6 +194,9 @@ type MetaTrainOptions struct {
 func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, error) {
 	if len(examples) == 0 {
 		return nil, 0, fmt.Errorf("tune: no training examples")
+	}
+	if !validMetaTarget(o.Target) {
+		return nil, 0, fmt.Errorf("tune: unknown meta-network target %q (want %s or %s)", o.Target, MetaTargetReference, MetaTargetCurrent)
 	}
 	if o.Epochs < 1 || o.Batch < 1 || !(o.LR > 0) {
 		return nil, 0, fmt.Errorf("tune: training needs epochs >= 1, batch >= 1 and a positive rate, got %d, %d, %v", o.Epochs, o.Batch, o.LR)
@@ -265,6 +302,7 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 	m.Header.Hidden = slices.Clone(o.Hidden)
 	m.Header.Epochs = o.Epochs
 	m.Header.Seed = o.Seed
+	m.Header.Target = o.Target
 	m.Header.Examples = len(examples)
 	m.Header.TrainLoss = final
 	return m, final, nil
@@ -326,7 +364,7 @@ func EvaluateMeta(m *Meta, data []MetaScenarioRuns) MetaEval {
 		for _, a := range d.Runs {
 			pred = m.Score(pred, a.Stats, cands)
 			for i, p := range pred {
-				e := p - MetaTarget(a.Stats, truth[i])
+				e := p - MetaTarget(m.Header.Target, a.Stats, truth[i])
 				ev.MSE += e * e
 				nPairs++
 			}

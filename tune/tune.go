@@ -52,6 +52,10 @@ type Stats struct {
 	// InFlightBytes is the mean of the bytes in flight (started, not
 	// done), time-weighted over the workers' spans.
 	InFlightBytes float64 `json:"in_flight_bytes"`
+	// RoundTripS is the round-trip time of a message between two hosts
+	// without queueing (twice the one-way latency), as configured or
+	// measured; 0 if unknown.
+	RoundTripS float64 `json:"round_trip_s,omitempty"`
 	// Config is the scheduling configuration in force for the iteration.
 	Config sched.Config `json:"config"`
 

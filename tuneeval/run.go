@@ -103,6 +103,10 @@ type ScenarioResult struct {
 	// AutoVsBestStaticPct is autobyte's mean over the run relative to the
 	// best static configuration's (negative: autobyte is faster).
 	AutoVsBestStaticPct float64 `json:"autobyte_vs_best_static_pct"`
+	// OracleVsBestStaticPct is the oracle's mean over the run relative to
+	// the best static configuration's: how much any tuner could gain by
+	// following the changes (negative: the oracle is faster).
+	OracleVsBestStaticPct float64 `json:"oracle_vs_best_static_pct"`
 	// AutoVsOraclePct is the worst phase's steady-state autobyte time
 	// relative to the oracle's.
 	AutoVsOraclePct float64 `json:"autobyte_vs_oracle_pct"`
@@ -276,6 +280,7 @@ func Evaluate(o Options) (*Report, error) {
 		}
 		ab, bs, or := sr.Run(AutoByte), sr.Run(BestStatic), sr.Run(OracleName)
 		sr.AutoVsBestStaticPct = pct(ab.MeanIterationTimeS, bs.MeanIterationTimeS)
+		sr.OracleVsBestStaticPct = pct(or.MeanIterationTimeS, bs.MeanIterationTimeS)
 		sr.AutoVsOraclePct = math.Inf(-1)
 		for p := range phases {
 			sr.AutoVsOraclePct = max(sr.AutoVsOraclePct, pct(ab.PhaseSteadyS[p], or.PhaseSteadyS[p]))

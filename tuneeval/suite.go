@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/autobyte/autobyte/model"
@@ -28,13 +29,23 @@ type Scenario struct {
 	// the bandwidth trace ("ITERATION:RATE,..."; "" for steady).
 	Bandwidth string `json:"bandwidth"`
 	Trace     string `json:"trace,omitempty"`
+	// ComputeTrace multiplies every worker's compute times from given
+	// iterations on ("ITERATION:FACTOR,...", 2 = half as fast; "" for
+	// none).
+	ComputeTrace string `json:"compute_trace,omitempty"`
+	// Kind names the conditions in the scenario's name: "steady", or what
+	// changes ("change" when empty and something changes).
+	Kind string `json:"kind,omitempty"`
 	// Stragglers slows a worker's compute by a factor.
 	Stragglers map[int]float64 `json:"stragglers,omitempty"`
 	Iterations int             `json:"iterations"`
 }
 
-// Changing reports whether the scenario's bandwidth changes during the run.
-func (s Scenario) Changing() bool { return strings.TrimSpace(s.Trace) != "" }
+// Changing reports whether the scenario's bandwidth or compute speed
+// changes during the run.
+func (s Scenario) Changing() bool {
+	return strings.TrimSpace(s.Trace) != "" || strings.TrimSpace(s.ComputeTrace) != ""
+}
 
 // Options are the simulator options of the scenario (no tuner, ByteScheduler's
 // default configuration; parameter servers shard pieces above 4 MB, as
@@ -56,8 +67,12 @@ func (s Scenario) Options() (sim.Options, error) {
 	if err != nil {
 		return sim.Options{}, fmt.Errorf("scenario %s: trace: %w", s.Name, err)
 	}
+	ct, err := sim.ParseSteps(s.ComputeTrace, parseFactor)
+	if err != nil {
+		return sim.Options{}, fmt.Errorf("scenario %s: compute trace: %w", s.Name, err)
+	}
 	o := sim.Options{Profile: p, Arch: arch, Workers: s.Workers, Servers: s.Servers, BandwidthBps: bw, LatencyS: 50e-6,
-		Sched: ByteSchedulerDefault(s.Arch), Iterations: s.Iterations, BandwidthTrace: tr}
+		Sched: ByteSchedulerDefault(s.Arch), Iterations: s.Iterations, BandwidthTrace: tr, ComputeTrace: ct}
 	if len(s.Stragglers) > 0 {
 		o.Stragglers = maps.Clone(s.Stragglers)
 	}
@@ -70,16 +85,27 @@ func (s Scenario) Options() (sim.Options, error) {
 	return o, nil
 }
 
-// Phases are the iteration ranges [From, To) between the trace's steps
-// (one phase for a steady scenario).
+// parseFactor parses a compute-trace factor.
+func parseFactor(v string) (float64, error) {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return 0, fmt.Errorf("factor %q is not a number", v)
+	}
+	return f, nil
+}
+
+// Phases are the iteration ranges [From, To) between the steps of the
+// bandwidth and compute traces (one phase for a steady scenario).
 func (s Scenario) Phases() []Phase {
 	tr, _ := sim.ParseSteps(s.Trace, units.ParseRate)
+	ct, _ := sim.ParseSteps(s.ComputeTrace, parseFactor)
 	var cuts []int
-	for _, st := range tr {
-		if st.Iteration > 0 && st.Iteration < s.Iterations {
+	for _, st := range append(tr, ct...) {
+		if st.Iteration > 0 && st.Iteration < s.Iterations && !slices.Contains(cuts, st.Iteration) {
 			cuts = append(cuts, st.Iteration)
 		}
 	}
+	slices.Sort(cuts)
 	var out []Phase
 	from := 0
 	for _, c := range cuts {
@@ -105,35 +131,61 @@ func ByteSchedulerDefault(arch string) sched.Config {
 	return sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
 }
 
-// The default suite's bandwidth trace and run length.
+// The default suite's traces and run length. Each changing trace has three
+// phases of 150 iterations.
 const (
-	steady     = "10Gbps"
-	change     = "0:10Gbps,150:2Gbps,300:10Gbps"
+	steady = "10Gbps"
+	// change: the bandwidth drops 5x and comes back.
+	change = "0:10Gbps,150:2Gbps,300:10Gbps"
+	// bw10x: a 10x swing down from a fast network (100 -> 10 Gbps).
+	bw10x = "0:100Gbps,150:10Gbps,300:100Gbps"
+	// bw10xLow: a 10x swing down from 10 Gbps (10 -> 1 Gbps).
+	bw10xLow = "0:10Gbps,150:1Gbps,300:10Gbps"
+	// compute4x: every worker computes 4x slower (a co-located job, a
+	// throttled GPU) in the middle phase.
+	compute4x  = "0:1,150:4,300:1"
 	iterations = 450
 )
 
-// DefaultSuite is the evaluation suite: zoo models on parameter servers
-// (8 workers, 8 servers) and ring all-reduce (16 workers), under a steady
-// 10 Gbps and under a drop to 2 Gbps from iteration 150 to 300, plus one
-// job with a straggler (worker 3 computes twice as slowly), 450 iterations
-// each.
+// DefaultSuite is the evaluation suite, 16 scenarios of 450 iterations.
+// Parameter servers (8 workers, 8 servers, unless stated) and ring
+// all-reduce (16 workers, unless stated), under a steady 10 Gbps, with a
+// straggler (worker 3 computes twice as slowly), and under changing
+// conditions: a 5x bandwidth drop (10 -> 2 Gbps), 10x bandwidth swings
+// (100 -> 10 Gbps, or 10 -> 1 Gbps), and compute 4x slower, each from
+// iteration 150 to 300; the changing ones include 16 to 64 workers. Where
+// conditions change the best configuration of the grid moves (for example
+// vgg16 on parameter servers: 256 KB / 1 MB at 100 Gbps, 256 KB / 32 MB
+// at 10 Gbps), so that the per-phase oracle and the best static
+// configuration in hindsight can differ.
 func DefaultSuite() []Scenario {
-	ps := func(m, trace string) Scenario {
-		return Scenario{Model: m, Arch: "ps", Workers: 8, Servers: 8, Bandwidth: steady, Trace: trace, Iterations: iterations}
+	ps := func(m string, workers, servers int, kind, bw, trace, compute string) Scenario {
+		return Scenario{Model: m, Arch: "ps", Workers: workers, Servers: servers, Bandwidth: bw, Trace: trace, ComputeTrace: compute,
+			Kind: kind, Iterations: iterations}
 	}
-	ar := func(m, trace string) Scenario {
-		return Scenario{Model: m, Arch: "allreduce", Workers: 16, Bandwidth: steady, Trace: trace, Iterations: iterations}
+	ar := func(m string, workers int, kind, bw, trace, compute string) Scenario {
+		return Scenario{Model: m, Arch: "allreduce", Workers: workers, Bandwidth: bw, Trace: trace, ComputeTrace: compute,
+			Kind: kind, Iterations: iterations}
 	}
-	straggler := ps("resnet50", "")
+	straggler := ps("resnet50", 8, 8, "steady", steady, "", "")
 	straggler.Stragglers = map[int]float64{3: 2}
 	suite := []Scenario{
-		ps("resnet50", ""), ps("resnet50", change),
-		ps("vgg16", ""), ps("vgg16", change),
-		ps("transformer", change), ps("bert-base", ""),
-		ar("resnet50", ""), ar("resnet50", change),
-		ar("vgg16", change), ar("transformer", ""),
-		ar("bert-base", change),
+		ps("resnet50", 8, 8, "steady", steady, "", ""),
+		ps("vgg16", 8, 8, "steady", steady, "", ""),
+		ps("bert-base", 8, 8, "steady", steady, "", ""),
 		straggler,
+		ps("resnet50", 8, 8, "change", steady, change, ""),
+		ps("vgg16", 8, 8, "bw10x", "100Gbps", bw10x, ""),
+		ps("transformer", 8, 8, "bw10x", "100Gbps", bw10x, ""),
+		ps("alexnet", 8, 8, "compute4x", "100Gbps", "", compute4x),
+		ps("resnet50", 32, 8, "bw10x", "100Gbps", bw10x, ""),
+		ar("resnet50", 16, "steady", steady, "", ""),
+		ar("transformer", 16, "steady", steady, "", ""),
+		ar("resnet50", 16, "change", steady, change, ""),
+		ar("gpt2", 32, "bw10x", steady, bw10xLow, ""),
+		ar("vgg16", 64, "bw10x", steady, bw10xLow, ""),
+		ar("gpt2", 32, "compute4x", "100Gbps", "", compute4x),
+		ar("bert-base", 64, "bw10x", "100Gbps", bw10x, ""),
 	}
 	return named(suite)
 }
@@ -147,13 +199,17 @@ func QuickSuite() []Scenario {
 	})
 }
 
-// named gives each scenario its name: model-arch-workers-steady|change
-// [-straggler].
+// named gives each scenario its name: model-arch-workers-KIND
+// [-straggler], KIND being Kind or else steady or change.
 func named(s []Scenario) []Scenario {
 	for i := range s {
-		c := "steady"
-		if s[i].Changing() {
+		c := s[i].Kind
+		switch {
+		case c != "":
+		case s[i].Changing():
 			c = "change"
+		default:
+			c = "steady"
 		}
 		s[i].Name = fmt.Sprintf("%s-%s-%dw-%s", s[i].Model, s[i].Arch, s[i].Workers, c)
 		if len(s[i].Stragglers) > 0 {

@@ -64,14 +64,14 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, "%d scenarios; best static and oracle over the autobyte grid (%d configurations); bo trials of %d iterations + %d apply delay (15 trials: %d iterations of exploration); %.0f s on %d goroutines.\n\n",
 		len(rep.Scenarios), rep.Candidates, rep.BOTrial, rep.BOApplyDelay, 15*(rep.BOTrial+rep.BOApplyDelay), rep.ElapsedS, rep.Parallel)
 	b.WriteString("Mean iteration time over the whole run, in seconds. `vs best static`: autobyte's mean relative to the best static configuration in hindsight. `vs oracle`: autobyte's steady-state time (last quarter of each phase) relative to the per-phase oracle's, worst phase. `settle`: iterations autobyte took after each change to stay within 5% of its phase's steady value.\n\n")
-	b.WriteString("| scenario | fifo | bytescheduler | bo | autobyte | best static | oracle | autobyte vs best static | autobyte vs oracle (settled) | settle after changes | best static | oracle configs | bo last config (frozen after exploring) |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
+	b.WriteString("| scenario | fifo | bytescheduler | bo | autobyte | best static | oracle | autobyte vs best static | oracle vs best static | autobyte vs oracle (settled) | settle after changes | best static | oracle configs | bo last config (frozen after exploring) |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")
 	for _, s := range rep.Scenarios {
 		fmt.Fprintf(&b, "| %s |", s.Scenario.Name)
 		for _, t := range Tuners {
 			fmt.Fprintf(&b, " %.4f |", s.Run(t).MeanIterationTimeS)
 		}
-		fmt.Fprintf(&b, " %+.1f%% | %+.1f%% | %s | %s | %s | %s |\n", s.AutoVsBestStaticPct, s.AutoVsOraclePct,
+		fmt.Fprintf(&b, " %+.1f%% | %+.1f%% | %+.1f%% | %s | %s | %s | %s |\n", s.AutoVsBestStaticPct, s.OracleVsBestStaticPct, s.AutoVsOraclePct,
 			settleString(s), ConfigString(s.BestStaticConfig), configsString(s.OracleConfigs), boFrozen(s))
 	}
 	b.WriteString("\nPer phase: steady-state time (s) of autobyte, oracle and best static, and iterations for autobyte to settle.\n\n")
@@ -85,7 +85,8 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	}
 	b.WriteString("\n## Against the acceptance\n\n")
 	worst, worstName := math.Inf(-1), ""
-	var changing, gain15 []string
+	var changing, gain15, reach15 []string
+	bestOracle, bestOracleName := math.Inf(1), ""
 	var oracleMiss, settleMiss []string
 	for _, s := range rep.Scenarios {
 		if s.AutoVsBestStaticPct > worst {
@@ -95,6 +96,12 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 			changing = append(changing, s.Scenario.Name)
 			if s.AutoVsBestStaticPct <= -15 {
 				gain15 = append(gain15, s.Scenario.Name)
+			}
+			if s.OracleVsBestStaticPct <= -15 {
+				reach15 = append(reach15, s.Scenario.Name)
+			}
+			if s.OracleVsBestStaticPct < bestOracle {
+				bestOracle, bestOracleName = s.OracleVsBestStaticPct, s.Scenario.Name
 			}
 		}
 		if s.AutoVsOraclePct > 5 {
@@ -111,7 +118,11 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 		return "**not met**"
 	}
 	fmt.Fprintf(&b, "- never more than 3%% worse than the best static: %s (worst %+.1f%%, %s)\n", verdict(worst <= 3), worst, worstName)
-	fmt.Fprintf(&b, "- at least 15%% better than the best static where conditions change: %s (%d of %d changing scenarios)\n", verdict(len(gain15) == len(changing)), len(gain15), len(changing))
+	fmt.Fprintf(&b, "- at least 15%% better than the best static where conditions change: %s (%d of %d changing scenarios)", verdict(len(gain15) == len(changing)), len(gain15), len(changing))
+	if len(changing) > 0 {
+		fmt.Fprintf(&b, "; the per-phase oracle itself is at least 15%% better in %d of them (at best %+.1f%%, %s)", len(reach15), bestOracle, bestOracleName)
+	}
+	b.WriteString("\n")
 	fmt.Fprintf(&b, "- within 5%% of the per-phase oracle once settled: %s%s\n", verdict(len(oracleMiss) == 0), listed(oracleMiss))
 	fmt.Fprintf(&b, "- settles within 30 iterations after a change: %s%s\n", verdict(len(settleMiss) == 0), listed(settleMiss))
 	_, err := io.WriteString(w, b.String())

@@ -44,6 +44,8 @@ type tuneTrainFlags struct {
 	heldOut          string
 	parallel         int
 	data             string
+	synthetic        float64
+	target           string
 }
 
 func newTuneTrainCmd() *cobra.Command {
@@ -75,7 +77,9 @@ header of how they were made. Equal flags give equal weights.`,
 	fs.IntSliceVar(&f.hidden, "hidden", []int{64, 64}, "hidden layer widths")
 	fs.StringVar(&f.heldOut, "held-out", "resnet101,gpt2", "zoo models kept out of training, to evaluate on")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
-	fs.StringVar(&f.data, "data", "", "cache of the simulated runs: read it if it exists (and the flags match), else write it")
+	fs.StringVar(&f.data, "data", "", "cache of simulated runs: runs found in it are not simulated again, new ones are added to it")
+	fs.Float64Var(&f.synthetic, "synthetic", 0, "fraction of training scenarios whose model is a random synthetic profile instead of a zoo model (0-1)")
+	fs.StringVar(&f.target, "target", tune.MetaTargetCurrent, "what the network predicts: log time relative to the reference (reference) or to the current configuration's measured time (current)")
 	return cmd
 }
 
@@ -93,6 +97,10 @@ func (f tuneTrainFlags) check() error {
 		return fmt.Errorf("--epochs must be >= 1, got %d", f.epochs)
 	case f.parallel < 1:
 		return fmt.Errorf("--parallel must be >= 1, got %d", f.parallel)
+	case !(f.synthetic >= 0 && f.synthetic <= 1):
+		return fmt.Errorf("--synthetic must be a fraction in [0, 1], got %v", f.synthetic)
+	case f.target != tune.MetaTargetReference && f.target != tune.MetaTargetCurrent:
+		return fmt.Errorf("--target must be %s or %s, got %q", tune.MetaTargetReference, tune.MetaTargetCurrent, f.target)
 	}
 	for _, h := range f.hidden {
 		if h < 1 {
@@ -123,11 +131,20 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	}
 	start := time.Now()
 	rng := rand.New(rand.NewPCG(f.seed, 1))
+	// Separate streams: the synthetic models, and the held-out scenarios
+	// (the same for every training setting of a seed).
+	synRng := rand.New(rand.NewPCG(f.seed, 2))
+	heldRng := rand.New(rand.NewPCG(f.seed, 3))
 	grid := tune.Cross(sched.Config{Order: sched.OrderPriority}, tune.DefaultMetaPartitions, tune.DefaultMetaCredits)
 
 	// Training: a random subset of the grid and the default per scenario.
 	var trainJobs []metaJob
+	synthetic := 0
 	for i, sc := range tune.SampleMetaScenarios(rng, train, f.scenarios) {
+		if synRng.Float64() < f.synthetic {
+			sc.Model = tune.SyntheticName(synRng.Uint64())
+			synthetic++
+		}
 		cfgs := []sched.Config{defaultConfig(sc.Arch)}
 		for _, j := range rng.Perm(len(grid))[:min(f.configs, len(grid))] {
 			cfgs = append(cfgs, grid[j])
@@ -136,7 +153,7 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	}
 	var evalJobs []metaJob
 	if len(heldOut) > 0 {
-		for i, sc := range tune.SampleMetaScenarios(rng, heldOut, f.heldOutScenarios) {
+		for i, sc := range tune.SampleMetaScenarios(heldRng, heldOut, f.heldOutScenarios) {
 			evalJobs = append(evalJobs, metaJob{index: i, scenario: sc, configs: append([]sched.Config{defaultConfig(sc.Arch)}, grid...)})
 		}
 	}
@@ -144,18 +161,18 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	for _, j := range append(slices.Clone(trainJobs), evalJobs...) {
 		total += len(j.configs)
 	}
-	fmt.Fprintf(log, "tune train: %d training scenarios of %s, %d held-out scenarios of %s, %d simulations of %d iterations on %d goroutines\n",
-		len(trainJobs), strings.Join(train, ","), len(evalJobs), strings.Join(heldOut, ","), total, f.iterations, f.parallel)
+	fmt.Fprintf(log, "tune train: %d training scenarios (%d of synthetic models, the others of %s), %d held-out scenarios of %s, %d simulations of %d iterations on %d goroutines\n",
+		len(trainJobs), synthetic, strings.Join(train, ","), len(evalJobs), strings.Join(heldOut, ","), total, f.iterations, f.parallel)
 	trainData, evalData, err := metaData(f, trainJobs, evalJobs, &metaProgress{log: log, total: total, start: start})
 	if err != nil {
 		return err
 	}
 	simS := time.Since(start).Seconds()
 
-	examples := tune.MetaExamples(trainData)
+	examples := tune.MetaExamples(trainData, f.target)
 	fmt.Fprintf(log, "tune train: simulated in %.0f s; training on %d examples, %d epochs\n", simS, len(examples), f.epochs)
 	trainStart := time.Now()
-	m, loss, err := tune.TrainMeta(examples, tune.MetaTrainOptions{Hidden: f.hidden, Epochs: f.epochs, Batch: 64, LR: 3e-3, Seed: f.seed,
+	m, loss, err := tune.TrainMeta(examples, tune.MetaTrainOptions{Hidden: f.hidden, Epochs: f.epochs, Batch: 64, LR: 3e-3, Seed: f.seed, Target: f.target,
 		Progress: func(epoch int, mse float64) {
 			if epoch%10 == 0 || epoch == f.epochs-1 {
 				fmt.Fprintf(log, "tune train: epoch %d/%d mse %.4f (%.0f s)\n", epoch+1, f.epochs, mse, time.Since(trainStart).Seconds())
@@ -165,8 +182,8 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 		return err
 	}
 	h := &m.Header
-	h.Command = fmt.Sprintf("autobyte tune train --seed %d --scenarios %d --held-out-scenarios %d --configs %d --iterations %d --epochs %d --hidden %s --held-out %s",
-		f.seed, f.scenarios, f.heldOutScenarios, f.configs, f.iterations, f.epochs, intsList(f.hidden), f.heldOut)
+	h.Command = fmt.Sprintf("autobyte tune train --seed %d --scenarios %d --synthetic %v --held-out-scenarios %d --configs %d --iterations %d --epochs %d --hidden %s --held-out %s --target %s",
+		f.seed, f.scenarios, f.synthetic, f.heldOutScenarios, f.configs, f.iterations, f.epochs, intsList(f.hidden), f.heldOut, f.target)
 	h.TrainModels, h.HeldOutModels = train, heldOut
 	h.TrainScenarios, h.HeldOutScenarios = len(trainJobs), len(evalJobs)
 	h.Simulations, h.Iterations = total, f.iterations
@@ -195,39 +212,41 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	return nil
 }
 
-// metaCache is the --data file: the simulated runs and the flags they
-// were made with.
+// metaCache is the --data file: simulated runs by metaRunKey.
 type metaCache struct {
-	Key   string                  `json:"key"`
-	Train []tune.MetaScenarioRuns `json:"train"`
-	Eval  []tune.MetaScenarioRuns `json:"eval"`
+	Runs map[string]tune.MetaRun `json:"runs"`
 }
 
-// metaData simulates the jobs, or reads them from the --data cache.
+// metaRunKey identifies one simulation: scenario, configuration and length.
+func metaRunKey(sc tune.MetaScenario, cfg sched.Config, iterations int) string {
+	// Every field in full (MetaScenario's String rounds); v2: the
+	// statistics carry the round trip.
+	return fmt.Sprintf("v2|%s|%s|%d|%d|%v|%v|%v|%+v|%d", sc.Model, sc.Arch, sc.Workers, sc.Servers, sc.BandwidthBps, sc.LatencyS, sc.ComputeScale, cfg, iterations)
+}
+
+// metaData simulates the jobs, reusing the runs of the --data cache and
+// adding the new ones to it.
 func metaData(f tuneTrainFlags, trainJobs, evalJobs []metaJob, prog *metaProgress) (train, eval []tune.MetaScenarioRuns, err error) {
-	key := fmt.Sprintf("seed=%d scenarios=%d held-out-scenarios=%d configs=%d iterations=%d held-out=%s",
-		f.seed, f.scenarios, f.heldOutScenarios, f.configs, f.iterations, f.heldOut)
+	cache := metaCache{Runs: map[string]tune.MetaRun{}}
 	if f.data != "" {
 		if b, err := os.ReadFile(f.data); err == nil {
-			var c metaCache
-			if err := json.Unmarshal(b, &c); err != nil {
+			if err := json.Unmarshal(b, &cache); err != nil {
 				return nil, nil, fmt.Errorf("--data %s: %w", f.data, err)
 			}
-			if c.Key != key {
-				return nil, nil, fmt.Errorf("--data %s was made with %q, not %q", f.data, c.Key, key)
+			if cache.Runs == nil {
+				cache.Runs = map[string]tune.MetaRun{}
 			}
-			fmt.Fprintf(prog.log, "tune train: read the simulated runs from %s\n", f.data)
-			return c.Train, c.Eval, nil
+			fmt.Fprintf(prog.log, "tune train: %d simulated runs in %s\n", len(cache.Runs), f.data)
 		}
 	}
-	if train, err = simulateMeta(trainJobs, f.iterations, f.parallel, prog); err != nil {
+	if train, err = simulateMeta(trainJobs, f.iterations, f.parallel, prog, cache); err != nil {
 		return nil, nil, err
 	}
-	if eval, err = simulateMeta(evalJobs, f.iterations, f.parallel, prog); err != nil {
+	if eval, err = simulateMeta(evalJobs, f.iterations, f.parallel, prog, cache); err != nil {
 		return nil, nil, err
 	}
 	if f.data != "" {
-		b, err := json.Marshal(metaCache{Key: key, Train: train, Eval: eval})
+		b, err := json.Marshal(cache)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -283,13 +302,18 @@ func (p *metaProgress) add() {
 
 // simulateMeta runs every job's configurations on par goroutines; results
 // are in job and configuration order whatever the interleaving.
-func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress) ([]tune.MetaScenarioRuns, error) {
+func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress, cache metaCache) ([]tune.MetaScenarioRuns, error) {
 	out := make([]tune.MetaScenarioRuns, len(jobs))
 	type task struct{ j, c int }
 	var tasks []task
 	for j, job := range jobs {
 		out[j] = tune.MetaScenarioRuns{Scenario: job.scenario, Runs: make([]tune.MetaRun, len(job.configs))}
-		for c := range job.configs {
+		for c, cfg := range job.configs {
+			if r, ok := cache.Runs[metaRunKey(job.scenario, cfg, iterations)]; ok {
+				out[j].Runs[c] = r
+				prog.add()
+				continue
+			}
 			tasks = append(tasks, task{j, c})
 		}
 	}
@@ -311,6 +335,9 @@ func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress) ([]tu
 	if err != nil {
 		return nil, err
 	}
+	for _, t := range tasks {
+		cache.Runs[metaRunKey(jobs[t.j].scenario, jobs[t.j].configs[t.c], iterations)] = out[t.j].Runs[t.c]
+	}
 	return out, nil
 }
 
@@ -319,7 +346,7 @@ func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress) ([]tu
 // iteration time (parameter servers shard pieces above 4 MB, as the sim
 // command does by default).
 func simulateMetaRun(sc tune.MetaScenario, cfg sched.Config, iterations int) (tune.MetaRun, error) {
-	p, err := model.Get(sc.Model)
+	p, err := tune.MetaProfile(sc.Model)
 	if err != nil {
 		return tune.MetaRun{}, err
 	}
