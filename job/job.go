@@ -23,6 +23,7 @@ import (
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -168,6 +169,15 @@ type Summary struct {
 	IterationTimesS []float64 `json:"iteration_times_s,omitempty"`
 	IterationTimeS  float64   `json:"iteration_time_s,omitempty"`
 	Checked         int64     `json:"checked_elements,omitempty"`
+	// Rank 0 of a tuned (or measured) replay: the configurations it
+	// applied, the first being the initial one, and its statistics per
+	// iteration.
+	Configs []ConfigChange `json:"configs,omitempty"`
+	Stats   []tune.Stats   `json:"stats,omitempty"`
+	// Tuner names rank 0's tuner, and TunerEvents are what it did (the
+	// CLI fills them).
+	Tuner       string   `json:"tuner,omitempty"`
+	TunerEvents []string `json:"tuner_events,omitempty"`
 	// BytesSent and BytesReceived count every connection of the process.
 	BytesSent     int64   `json:"bytes_sent"`
 	BytesReceived int64   `json:"bytes_received"`

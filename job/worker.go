@@ -21,6 +21,13 @@ type WorkerOptions struct {
 	OnIteration func(k int, d time.Duration)
 	// Observer, if set, records timelines and metrics.
 	Observer worker.Observer
+	// ComputeScaleAt, if set, multiplies the replay's compute times of
+	// iteration k (a compute trace, a straggler); see
+	// worker.ReplayOptions.ComputeScale.
+	ComputeScaleAt func(k int) float64
+	// Tuning makes rank 0 measure its statistics per iteration and, with a
+	// tuner, reconfigure the job as it proposes (ignored on other ranks).
+	Tuning TuningOptions
 }
 
 // RunWorker runs worker rank through the job, replaying the profile's
@@ -31,7 +38,13 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 	if spec.Iterations < 1 {
 		return sum, fmt.Errorf("job: a replaying worker needs iterations >= 1, got %d", spec.Iterations)
 	}
-	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: o.Observer})
+	obs := o.Observer
+	var loop *tuneLoop
+	if o.Rank == 0 && (o.Tuning.Tuner != nil || o.Tuning.Collect) {
+		loop = newTuneLoop(o.Tuning, spec)
+		obs = NewStatsCollector(spec.Arch, spec.Workers, o.Observer, loop.observe)
+	}
+	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: obs})
 	if err != nil {
 		return sum, err
 	}
@@ -39,7 +52,27 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 		sum.BytesSent, sum.BytesReceived = w.Close(err)
 		sum.WallS = time.Since(start).Seconds()
 	}()
-	res, err := worker.Replay(w.ctx, w.Engine, spec.Profile, spec.Iterations, o.Verify, o.OnIteration)
+	ro := worker.ReplayOptions{Iterations: spec.Iterations, Verify: o.Verify, OnIteration: o.OnIteration, ComputeScale: o.ComputeScaleAt}
+	if loop != nil {
+		loop.engine = w.Engine
+		ro.OnIteration = func(k int, d time.Duration) {
+			if o.OnIteration != nil {
+				o.OnIteration(k, d)
+			}
+			if loop.err != nil {
+				// Stop the replay at the tuner's error: the deferred
+				// Close ends the job with it.
+				w.cancel(loop.err)
+			}
+		}
+	}
+	res, err := worker.ReplayWith(w.ctx, w.Engine, spec.Profile, ro)
+	if loop != nil {
+		sum.Configs, sum.Stats = loop.configs, loop.stats
+		if loop.err != nil {
+			return sum, loop.err
+		}
+	}
 	if err != nil {
 		return sum, w.cause(err)
 	}

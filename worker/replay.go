@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/autobyte/autobyte/model"
@@ -59,6 +60,28 @@ func pattern(rank, tensor, i int) float32 {
 // onIteration, if set, is called after every iteration with its index and
 // duration.
 func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, verify Verify, onIteration func(k int, d time.Duration)) (*ReplayResult, error) {
+	return ReplayWith(ctx, e, p, ReplayOptions{Iterations: iterations, Verify: verify, OnIteration: onIteration})
+}
+
+// ReplayOptions are the settings of ReplayWith.
+type ReplayOptions struct {
+	Iterations int
+	Verify     Verify
+	// OnIteration, if set, is called after every iteration k (when forward
+	// k+1 ended, before backward k+1 starts) with k and its duration, after
+	// the engine's Observer was told (Observer.Iteration).
+	OnIteration func(k int, d time.Duration)
+	// ComputeScale, if set, multiplies the compute times of iteration it's
+	// forward and backward passes (forward it, then backward it, as the
+	// simulator's compute trace and stragglers do; 2 = half as fast). It
+	// must return a positive finite number; Replay fails naming the value
+	// otherwise.
+	ComputeScale func(it int) float64
+}
+
+// ReplayWith is Replay with every option.
+func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOptions) (*ReplayResult, error) {
+	iterations, verify, onIteration := o.Iterations, o.Verify, o.OnIteration
 	tensors, err := TensorsOf(p)
 	if err != nil {
 		return nil, err
@@ -128,6 +151,13 @@ func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, ve
 		}
 	}
 	for it := 0; it <= iterations; it++ {
+		cs := 1.0
+		if o.ComputeScale != nil {
+			cs = o.ComputeScale(it)
+			if !(cs > 0) || math.IsInf(cs, 0) {
+				return nil, fmt.Errorf("worker %d: compute scale of iteration %d is %v, want a positive number", rank, it, cs)
+			}
+		}
 		for l, layer := range p.Layers {
 			if it > 0 {
 				if err := e.WaitLayer(l, it-1); err != nil {
@@ -139,7 +169,7 @@ func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, ve
 					}
 				}
 			}
-			if err := compute("FW "+layer.Name, it, layer.ForwardS); err != nil {
+			if err := compute("FW "+layer.Name, it, cs*layer.ForwardS); err != nil {
 				return nil, err
 			}
 		}
@@ -147,18 +177,18 @@ func Replay(ctx context.Context, e *Engine, p *model.Profile, iterations int, ve
 		if it > 0 {
 			n := len(res.ForwardEnds)
 			d := time.Duration((res.ForwardEnds[n-1] - res.ForwardEnds[n-2]) * float64(time.Second))
-			if onIteration != nil {
-				onIteration(it-1, d)
-			}
 			if obs != nil {
 				obs.Iteration(it-1, d)
+			}
+			if onIteration != nil {
+				onIteration(it-1, d)
 			}
 		}
 		if it == iterations {
 			break
 		}
 		for l := len(p.Layers) - 1; l >= 0; l-- {
-			if err := compute("BW "+p.Layers[l].Name, it, p.Layers[l].BackwardS); err != nil {
+			if err := compute("BW "+p.Layers[l].Name, it, cs*p.Layers[l].BackwardS); err != nil {
 				return nil, err
 			}
 			for _, t := range byLayer[l] {
