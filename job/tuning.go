@@ -314,6 +314,9 @@ type TuningOptions struct {
 	// (its goodput over its communication time, a lower bound on the
 	// link's rate).
 	BandwidthAt func(k int) float64
+	// RoundTripS is the configured round trip between two hosts (twice the
+	// one-way latency), 0 if unknown (the tuner then assumes its default).
+	RoundTripS float64
 	// OnStats, if set, sees every iteration's statistics after the tuner
 	// did, and OnChange every configuration change rank 0 applied.
 	OnStats  func(tune.Stats)
@@ -359,7 +362,7 @@ func (l *tuneLoop) observe(ms Measurement) {
 	st := l.context
 	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationTimeS, m.ForwardS, m.BackwardS
 	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
-	st.Config = l.configAt(k)
+	st.Config, st.RoundTripS = l.configAt(k), l.o.RoundTripS
 	if l.o.BandwidthAt != nil {
 		st.BandwidthBps = l.o.BandwidthAt(k)
 	}

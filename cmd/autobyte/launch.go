@@ -28,6 +28,7 @@ import (
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/testbed"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
 
@@ -39,6 +40,7 @@ func newLaunchCmd() *cobra.Command {
 	var bedName, traceDir string
 	var metricsPort int
 	var useTLS bool
+	var tf tunerFlags
 	cmd := &cobra.Command{
 		Use:   "launch",
 		Short: "Start a whole local cluster (servers and workers as separate processes on loopback) and run a job",
@@ -71,6 +73,12 @@ the failed process's error.`,
 			if _, err := parseVerify(verify); err != nil {
 				return err
 			}
+			if _, err := tf.build(o, f.seed); err != nil {
+				return err
+			}
+			if len(o.BandwidthTrace) > 0 && bedName == "" {
+				return fmt.Errorf("--bandwidth-trace %s needs --testbed NAME: the launcher changes each host's tc rate as rank 0 reaches each step; in-process shaping cannot follow a trace (parameter servers do not know the iteration)", f.bandwidthTrace)
+			}
 			var level slog.Level
 			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
 				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
@@ -81,7 +89,8 @@ the failed process's error.`,
 			ctx, stop := signalContext()
 			defer stop()
 			lc := launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
-				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(), traceDir: traceDir, metricsPort: metricsPort}
+				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(), traceDir: traceDir, metricsPort: metricsPort,
+				workerArgs: tf.args()}
 			if traceDir != "" {
 				if err := os.MkdirAll(traceDir, 0o755); err != nil {
 					return fmt.Errorf("--trace: %w", err)
@@ -91,12 +100,13 @@ the failed process's error.`,
 				return fmt.Errorf("--metrics-port %d out of range", metricsPort)
 			}
 			if bedName != "" {
-				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps)
+				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthAt(0), len(o.BandwidthTrace) > 0)
 				if err != nil {
 					return err
 				}
 				defer cleanup()
 				lc.bed, lc.shaped = bed, 0
+				lc.rateSteps = o.BandwidthTrace
 			}
 			args := scenarioArgs(cmd)
 			if useTLS {
@@ -123,6 +133,7 @@ the failed process's error.`,
 			}
 			rep := newLaunchReport(f, o, spec, res)
 			rep.ShapedBps = shapedRate(cmd, o)
+			rep.RateChanges = res.rateChanges
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(rep)
 			}
@@ -147,12 +158,24 @@ flags) and GLOO_SOCKET_IFNAME set, so torch DDP runs with the same command.
 Rank 0's output goes to stdout; the others' to stderr, prefixed. If one
 process fails, the rest are stopped within a few seconds.`
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
+	tf.register(cmd)
+	cmd.Long += `
+
+Rank 0 measures every iteration's statistics and hands them to --tuner,
+whose proposals change the partition and credit on every worker and server
+at an iteration boundary (configuration epochs); --json then reports
+mean_iteration_time_s over the whole run and configs, each with the
+iteration it applied from. --compute-trace and --straggler scale the
+replay's compute by iteration and rank. --bandwidth-trace needs --testbed:
+the launcher sets every host's tc rate to each step when rank 0 reports
+reaching its iteration (see docs/runtime-tuning.md).`
 	return cmd
 }
 
 // runScriptLaunch is launch with a training command after --.
 func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, logLevel string, peerTimeout time.Duration) error {
-	for _, name := range []string{"json", "verify", "tls", "trace", "metrics-port", "model", "profile", "iterations"} {
+	for _, name := range []string{"json", "verify", "tls", "trace", "metrics-port", "model", "profile", "iterations",
+		"tuner", "grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
 		}
@@ -172,7 +195,7 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	defer stop()
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()}
 	if bedName != "" {
-		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps)
+		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps, false)
 		if err != nil {
 			return err
 		}
@@ -183,8 +206,9 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 }
 
 // prepareTestbed loads testbed name, or creates it for this run (removed
-// again by cleanup), and sets every host's rate to --bandwidth when given.
-func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts int, rateBps float64) (*testbed.Testbed, func(), error) {
+// again by cleanup), and sets every host's rate to rateBps when --bandwidth
+// is given or force is set.
+func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts int, rateBps float64, force bool) (*testbed.Testbed, func(), error) {
 	if err := testbed.Available(); err != nil {
 		return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
 	}
@@ -200,7 +224,7 @@ func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts 
 	if len(bed.Hosts) < hosts {
 		return nil, nil, fmt.Errorf("--testbed %s has %d hosts, the job needs %d (workers + servers)", name, len(bed.Hosts), hosts)
 	}
-	if cmd.Flags().Changed("bandwidth") {
+	if cmd.Flags().Changed("bandwidth") || force {
 		for h := 0; h < hosts; h++ {
 			if err := bed.Set(ctx, h, rateBps, bed.Hosts[h].DelayS); err != nil {
 				return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
@@ -220,12 +244,18 @@ type launchConfig struct {
 	bed         *testbed.Testbed
 	traceDir    string
 	metricsPort int
+	// workerArgs are extra flags for every worker (the tuner's).
+	workerArgs []string
+	// rateSteps, with bed, change every host's rate when rank 0 reaches
+	// each step's iteration (steps at iteration 0 are already in force).
+	rateSteps []sim.Step
 }
 
 // launchResult is what the processes reported.
 type launchResult struct {
 	workers, servers []*job.Summary
 	wall             time.Duration
+	rateChanges      []rateChange
 }
 
 // scenarioArgs re-emits the scenario flags the user set, for the children.
@@ -237,9 +267,17 @@ func scenarioArgs(cmd *cobra.Command) []string {
 	tmp.Flags().VisitAll(func(fl *pflag.Flag) { names[fl.Name] = true })
 	var args []string
 	cmd.Flags().Visit(func(fl *pflag.Flag) {
-		if names[fl.Name] {
-			args = append(args, "--"+fl.Name+"="+fl.Value.String())
+		if !names[fl.Name] {
+			return
 		}
+		// A repeatable flag (--straggler) is re-emitted once per value.
+		if sv, ok := fl.Value.(pflag.SliceValue); ok {
+			for _, v := range sv.GetSlice() {
+				args = append(args, "--"+fl.Name+"="+v)
+			}
+			return
+		}
+		args = append(args, "--"+fl.Name+"="+fl.Value.String())
 	})
 	return args
 }
@@ -303,7 +341,7 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 		add(fmt.Sprintf("server %d", m), m, "server", "--index="+strconv.Itoa(m))
 	}
 	for r := 0; r < spec.Workers; r++ {
-		args := []string{"worker", "--rank=" + strconv.Itoa(r), "--verify=" + lc.verify}
+		args := append([]string{"worker", "--rank=" + strconv.Itoa(r), "--verify=" + lc.verify}, lc.workerArgs...)
 		if lc.traceDir != "" {
 			args = append(args, "--trace="+filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", r)))
 		}
@@ -313,6 +351,11 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 		add(fmt.Sprintf("worker %d", r), spec.Servers+r, args...)
 	}
 	start := time.Now()
+	var rates *rateDriver
+	if lc.bed != nil && len(lc.rateSteps) > 0 {
+		rates = newRateDriver(lc.bed, spec.Servers+spec.Workers, lc.rateSteps, spec.Iterations, start, lc.progress)
+		go rates.run(ctx)
+	}
 	failed := make(chan *child, len(children))
 	var wg sync.WaitGroup
 	for _, c := range children {
@@ -335,7 +378,10 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 				c.mu.Lock()
 				c.lastErr = line
 				c.mu.Unlock()
-				if c.name == "worker 0" && strings.HasPrefix(line, "iteration ") || strings.Contains(line, "level=ERROR") {
+				if c.name == "worker 0" && rates != nil {
+					rates.line(line)
+				}
+				if c.name == "worker 0" && (strings.HasPrefix(line, "iteration ") || strings.HasPrefix(line, "tuner: ")) || strings.Contains(line, "level=ERROR") {
 					fmt.Fprintf(lc.progress, "[%s] %s\n", c.name, line)
 				}
 			}
@@ -345,7 +391,13 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 		}()
 	}
 	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
+	go func() {
+		wg.Wait()
+		if rates != nil {
+			rates.stop()
+		}
+		close(done)
+	}()
 	var first *child
 	select {
 	case <-done:
@@ -372,6 +424,9 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 	default:
 	}
 	res := &launchResult{wall: time.Since(start)}
+	if rates != nil {
+		res.rateChanges = rates.changes
+	}
 	for _, c := range children {
 		var s job.Summary
 		line := strings.TrimSpace(c.stdout.String())
@@ -437,6 +492,18 @@ type launchReport struct {
 	Verified        bool      `json:"verified"`
 	CheckedElements int64     `json:"checked_elements"`
 	WallS           float64   `json:"wall_s"`
+	// MeanIterationS is the mean of IterationTimesS over the whole run
+	// (tuning included), as autobyte sim reports it.
+	MeanIterationS float64 `json:"mean_iteration_time_s"`
+	// Tuner is rank 0's tuner; Configs the configurations it applied, each
+	// from its iteration (the first is the initial one).
+	Tuner       string     `json:"tuner,omitempty"`
+	Configs     []configAt `json:"configs"`
+	TunerEvents []string   `json:"tuner_events,omitempty"`
+	// Stats are rank 0's measured statistics per iteration.
+	Stats []tune.Stats `json:"stats,omitempty"`
+	// RateChanges are the bandwidth-trace steps put in force on the testbed.
+	RateChanges []rateChange `json:"rate_changes,omitempty"`
 }
 
 func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchResult) launchReport {
@@ -462,6 +529,28 @@ func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchRes
 		rep.BytesSent += s.BytesSent
 	}
 	rep.IterationTimeS = stats.SteadyState(rep.IterationTimesS)
+	if len(rep.IterationTimesS) > 0 {
+		var total float64
+		for _, t := range rep.IterationTimesS {
+			total += t
+		}
+		rep.MeanIterationS = total / float64(len(rep.IterationTimesS))
+	}
+	rep.Configs = []configAt{}
+	var changes []sim.ConfigChange
+	for _, w := range r.workers {
+		if w.Rank != 0 {
+			continue
+		}
+		rep.Tuner, rep.TunerEvents, rep.Stats = w.Tuner, w.TunerEvents, w.Stats
+		for _, c := range w.Configs {
+			changes = append(changes, sim.ConfigChange{FromIteration: c.FromIteration, Config: c.Config})
+		}
+	}
+	if len(changes) == 0 {
+		changes = []sim.ConfigChange{{Config: o.Sched}}
+	}
+	rep.Configs = configsOf(changes)
 	rep.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / rep.IterationTimeS
 	return rep
 }
@@ -475,5 +564,122 @@ func (r launchReport) writeText(w io.Writer) error {
 		r.Arch, r.Scheduler, units.FormatSeconds(r.IterationTimeS), r.SamplesPerS)
 	fmt.Fprintf(w, "bytes sent %s, sums verified: %v (%d elements checked), wall %s\n",
 		units.FormatBytes(r.BytesSent), r.Verified, r.CheckedElements, units.FormatSeconds(r.WallS))
+	if len(r.Configs) > 1 {
+		fmt.Fprintf(w, "tuner %s: mean %s per iteration over the run; configs", r.Tuner, units.FormatSeconds(r.MeanIterationS))
+		for i, c := range r.Configs {
+			sep := ";"
+			if i == 0 {
+				sep = ""
+			}
+			fmt.Fprintf(w, "%s from %d: partition %s, credit %s", sep, c.FromIteration, units.FormatBytes(c.PartitionBytes), units.FormatBytes(c.CreditBytes))
+		}
+		fmt.Fprintln(w)
+	}
 	return nil
+}
+
+// rateChange is one step of a bandwidth trace the launcher put in force on
+// the testbed.
+type rateChange struct {
+	// Iteration is the step's iteration; ReachedIteration the iteration
+	// rank 0 had reached when the launcher learnt it (its progress line:
+	// forward pass ReachedIteration ended); AtS when the change started
+	// (since the launch) and SetS how long setting every host took.
+	Iteration        int     `json:"iteration"`
+	ReachedIteration int     `json:"reached_iteration"`
+	RateBps          float64 `json:"rate_bytes_per_s"`
+	AtS              float64 `json:"at_s"`
+	SetS             float64 `json:"set_s"`
+	Error            string  `json:"error,omitempty"`
+}
+
+// rateDriver changes every testbed host's tc rate as rank 0 reaches each
+// step of a bandwidth trace. It learns the iteration from rank 0's progress
+// lines ("iteration J/N: ...", printed when forward pass J ended, just
+// before backward J starts iteration J's communication), so the children
+// need no privileges and rank 0's loop never waits for tc.
+type rateDriver struct {
+	bed      *testbed.Testbed
+	hosts    int
+	steps    []sim.Step
+	start    time.Time
+	progress io.Writer
+	iters    chan int
+	done     chan struct{}
+	changes  []rateChange
+}
+
+func newRateDriver(bed *testbed.Testbed, hosts int, steps []sim.Step, iterations int, start time.Time, progress io.Writer) *rateDriver {
+	// Steps at iteration 0 are in force from the start (prepareTestbed).
+	for len(steps) > 0 && steps[0].Iteration <= 0 {
+		steps = steps[1:]
+	}
+	return &rateDriver{bed: bed, hosts: hosts, steps: steps, start: start, progress: progress,
+		iters: make(chan int, iterations+2), done: make(chan struct{})}
+}
+
+// parseProgress returns J of rank 0's progress line "iteration J/N: ...".
+func parseProgress(line string) (int, bool) {
+	rest, ok := strings.CutPrefix(line, "iteration ")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, false
+	}
+	j, err := strconv.Atoi(num)
+	return j, err == nil && j >= 0
+}
+
+// line feeds one of rank 0's stderr lines; it never blocks.
+func (d *rateDriver) line(s string) {
+	if j, ok := parseProgress(s); ok {
+		select {
+		case d.iters <- j:
+		default: // a later line carries a later iteration
+		}
+	}
+}
+
+// stepsDue returns the steps at or before iteration j not yet applied.
+func stepsDue(steps []sim.Step, j int) (due, rest []sim.Step) {
+	n := 0
+	for n < len(steps) && steps[n].Iteration <= j {
+		n++
+	}
+	return steps[:n], steps[n:]
+}
+
+func (d *rateDriver) run(ctx context.Context) {
+	defer close(d.done)
+	for j := range d.iters {
+		var due []sim.Step
+		due, d.steps = stepsDue(d.steps, j)
+		if len(due) == 0 {
+			continue
+		}
+		// Only the last due step matters; the earlier ones were missed.
+		st := due[len(due)-1]
+		ch := rateChange{Iteration: st.Iteration, ReachedIteration: j, RateBps: st.Value, AtS: time.Since(d.start).Seconds()}
+		t0 := time.Now()
+		for h := 0; h < d.hosts; h++ {
+			if err := d.bed.Set(ctx, h, st.Value, d.bed.Hosts[h].DelayS); err != nil && ch.Error == "" {
+				ch.Error = err.Error()
+			}
+		}
+		ch.SetS = time.Since(t0).Seconds()
+		d.changes = append(d.changes, ch)
+		msg := fmt.Sprintf("testbed: every host at %s from iteration %d (rank 0 at %d; set in %s)", units.FormatRate(st.Value), st.Iteration, j, units.FormatSeconds(ch.SetS))
+		if ch.Error != "" {
+			msg += ": " + ch.Error
+		}
+		fmt.Fprintln(d.progress, msg)
+	}
+}
+
+// stop ends run once every line was fed, and waits for it.
+func (d *rateDriver) stop() {
+	close(d.iters)
+	<-d.done
 }

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/autobyte/autobyte/sim"
 )
 
 // TestMain lets this test binary stand in for the autobyte binary when a
@@ -182,7 +184,14 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--straggler", "0:0.5"}, `"0:0.5"`},
 		{[]string{"sim", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
 		{[]string{"sim", "--model", "toy3", "--tuner", "grid", "--grid-trial", "0"}, "0"},
-		{[]string{"launch", "--model", "toy3", "--bandwidth-trace", "0:1Gbps"}, "simulator-only"},
+		{[]string{"launch", "--model", "toy3", "--bandwidth-trace", "0:1Gbps"}, "--testbed"},
+		{[]string{"launch", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
+		{[]string{"launch", "--model", "toy3", "--tuner", "grid", "--grid-credits", "0B"}, `"0B"`},
+		{[]string{"launch", "--model", "toy3", "--compute-trace", "0:0"}, `"0"`},
+		{[]string{"launch", "--workers", "2", "--tuner", "autobyte", "--", "/bin/true"}, "--tuner"},
+		{[]string{"launch", "--workers", "2", "--compute-trace", "0:2", "--", "/bin/true"}, "--compute-trace"},
+		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--bandwidth", "1Gbps", "--bandwidth-trace", "0:1Gbps,5:2Gbps"}, "0:1Gbps,5:2Gbps"},
+		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--tuner", "oracle"}, `"oracle"`},
 		{[]string{"worker", "--model", "toy3"}, "MASTER_ADDR"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1"}, "token"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--tls-cert", "c.pem"}, "--tls-key"},
@@ -290,5 +299,115 @@ func TestTraceFile(t *testing.T) {
 	}
 	if len(doc.TraceEvents) < 10 {
 		t.Errorf("trace has %d events, want compute and communication events", len(doc.TraceEvents))
+	}
+}
+
+// TestLaunchTuned runs a real local cluster whose rank 0 tunes it (the grid
+// tuner changes the configuration twice) under a compute trace and a
+// straggler, and checks the JSON contract: every configuration with the
+// iteration it applied from, the mean over the whole run, rank 0's
+// statistics, and sums verified across every change.
+func TestLaunchTuned(t *testing.T) {
+	const iterations = 8
+	out, err := run(t, "launch", "--model", "toy3", "--compute-scale", "0.001", "--workers", "2", "--servers", "1",
+		"--iterations", "8", "--verify", "full", "--json", "--tuner", "grid", "--grid-partitions", "1MB,256KB", "--grid-credits", "2MB",
+		"--grid-trial", "2", "--compute-trace", "0:1,3:2", "--straggler", "1:1.5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Verified bool      `json:"verified"`
+		Checked  int64     `json:"checked_elements"`
+		Times    []float64 `json:"iteration_times_s"`
+		Mean     float64   `json:"mean_iteration_time_s"`
+		Tuner    string    `json:"tuner"`
+		Stats    []struct {
+			Iteration int     `json:"iteration"`
+			Forward   float64 `json:"forward_s"`
+		} `json:"stats"`
+		Configs []struct {
+			From      int   `json:"from_iteration"`
+			Partition int64 `json:"partition_bytes"`
+			Credit    int64 `json:"credit_bytes"`
+		} `json:"configs"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("launch --json printed %q: %v", out, err)
+	}
+	// 1.5M float32s per worker and iteration, checked in full (and each
+	// of the 3 tensors' last element once more), on 2 workers.
+	if !rep.Verified || rep.Checked != 2*iterations*(1_500_000+3) {
+		t.Errorf("verified %v, %d elements checked; want every element of every iteration", rep.Verified, rep.Checked)
+	}
+	var total float64
+	for _, x := range rep.Times {
+		total += x
+	}
+	if len(rep.Times) != iterations || math.Abs(rep.Mean-total/iterations) > 1e-9 {
+		t.Errorf("mean_iteration_time_s %v over %v, want their mean", rep.Mean, rep.Times)
+	}
+	if rep.Tuner != "grid" || len(rep.Stats) != iterations {
+		t.Errorf("tuner %q with %d statistics, want grid and %d", rep.Tuner, len(rep.Stats), iterations)
+	}
+	if len(rep.Configs) < 3 || rep.Configs[0].From != 0 || rep.Configs[0].Partition != 4_000_000 {
+		t.Fatalf("configs %+v, want the initial one from 0 and the grid's two candidates", rep.Configs)
+	}
+	for i := 1; i < len(rep.Configs); i++ {
+		if rep.Configs[i].From <= rep.Configs[i-1].From || rep.Configs[i].Credit != 2_000_000 {
+			t.Errorf("configs %+v: want increasing iterations and the grid's credit", rep.Configs)
+		}
+	}
+}
+
+func TestParseProgress(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		j    int
+		ok   bool
+	}{
+		{"iteration 3/10: 1.2 s", 3, true},
+		{"iteration 10/10: 5 ms", 10, true},
+		{"iteration x/10: 5 ms", 0, false},
+		{"iteration 3", 0, false},
+		{"tuner: after iteration 3: change", 0, false},
+		{"iteration -1/3: 1 s", 0, false},
+	} {
+		j, ok := parseProgress(c.line)
+		if ok != c.ok || (ok && j != c.j) {
+			t.Errorf("parseProgress(%q) = %d, %v; want %d, %v", c.line, j, ok, c.j, c.ok)
+		}
+	}
+}
+
+func TestStepsDue(t *testing.T) {
+	steps := []sim.Step{{Iteration: 5, Value: 1}, {Iteration: 9, Value: 2}, {Iteration: 12, Value: 3}}
+	due, rest := stepsDue(steps, 4)
+	if len(due) != 0 || len(rest) != 3 {
+		t.Errorf("at 4: due %v rest %v", due, rest)
+	}
+	due, rest = stepsDue(steps, 10) // rank 0 reported 5 and 9 late: both due, the last wins
+	if len(due) != 2 || due[1].Value != 2 || len(rest) != 1 {
+		t.Errorf("at 10: due %v rest %v", due, rest)
+	}
+	due, rest = stepsDue(rest, 12)
+	if len(due) != 1 || len(rest) != 0 {
+		t.Errorf("at 12: due %v rest %v", due, rest)
+	}
+}
+
+func TestComputeScaleAt(t *testing.T) {
+	o := sim.Options{ComputeTrace: []sim.Step{{Iteration: 3, Value: 2}}, Stragglers: map[int]float64{1: 1.5}}
+	if f := computeScaleAt(sim.Options{}, 0); f != nil {
+		t.Errorf("no trace, no straggler: want no scaling")
+	}
+	f0, f1 := computeScaleAt(o, 0), computeScaleAt(o, 1)
+	for _, c := range []struct {
+		f    func(int) float64
+		k    int
+		want float64
+	}{{f0, 0, 1}, {f0, 3, 2}, {f0, 9, 2}, {f1, 0, 1.5}, {f1, 3, 3}} {
+		if got := c.f(c.k); got != c.want {
+			t.Errorf("scale at %d = %v, want %v", c.k, got, c.want)
+		}
 	}
 }

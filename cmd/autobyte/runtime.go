@@ -17,7 +17,9 @@ import (
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/observe"
+	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
 )
@@ -90,9 +92,6 @@ func (f *scenarioFlags) specFor(cmd *cobra.Command, needModel bool) (job.Spec, s
 	if err != nil {
 		return job.Spec{}, o, err
 	}
-	if len(o.BandwidthTrace) > 0 || len(o.ComputeTrace) > 0 || len(o.Stragglers) > 0 {
-		return job.Spec{}, o, fmt.Errorf("--bandwidth-trace, --compute-trace and --straggler are simulator-only for now (use autobyte sim, or autobyte testbed set to change a host's rate during a run)")
-	}
 	arch := worker.PS
 	if o.Arch == sim.AllReduce {
 		arch = worker.AllReduce
@@ -156,6 +155,7 @@ func newWorkerCmd() *cobra.Command {
 	var n netFlags
 	var rank int
 	var verify, traceFile, metricsAddr string
+	var tf tunerFlags
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run one worker of a job: replays a model's compute and communicates its gradients for real",
@@ -185,6 +185,15 @@ $WORLD_SIZE.`,
 			if err != nil {
 				return err
 			}
+			if len(o.BandwidthTrace) > 0 && jn.BandwidthBps > 0 {
+				return fmt.Errorf("--bandwidth-trace %s: in-process shaping cannot follow a trace (parameter servers do not know the iteration); shape the links outside and pass --shape=false, as 'autobyte launch --testbed' does", f.bandwidthTrace)
+			}
+			var tuner tune.Tuner
+			if rank == 0 {
+				if tuner, err = tf.build(o, f.seed); err != nil {
+					return err
+				}
+			}
 			v, err := parseVerify(verify)
 			if err != nil {
 				return err
@@ -209,11 +218,18 @@ $WORLD_SIZE.`,
 					return err
 				}
 			}
-			wo := job.WorkerOptions{Rank: rank, Verify: v, OnIteration: progress}
+			wo := job.WorkerOptions{Rank: rank, Verify: v, OnIteration: progress, ComputeScaleAt: computeScaleAt(o, rank)}
 			if obs != nil {
 				wo.Observer = obs
 			}
+			var events []string
+			if tuner != nil {
+				wo.Tuning = runtimeTuning(cmd, o, tuner, &events)
+			}
 			s, err := job.RunWorker(ctx, spec, wo, jn)
+			if rank == 0 {
+				s.Tuner, s.TunerEvents = tf.name, events
+			}
 			if obs != nil {
 				if cerr := obs.Close(); cerr != nil && err == nil {
 					err = fmt.Errorf("--trace %s: %w", traceFile, cerr)
@@ -228,6 +244,14 @@ $WORLD_SIZE.`,
 	cmd.Flags().StringVar(&verify, "verify", "sample", "check sums against exact values: none, sample or full")
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write this worker's Chrome-trace timeline to FILE")
 	cmd.Flags().StringVar(&metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://ADDR/metrics (e.g. :9100)")
+	tf.register(cmd)
+	cmd.Long += `
+
+Rank 0 measures each iteration's statistics (docs/runtime-tuning.md) and
+hands them to --tuner, whose proposals it applies on every worker and
+server at an iteration boundary. --compute-trace and --straggler scale the
+replay's compute by iteration and rank; --bandwidth-trace only tells the
+tuner the rate in force (the links must be shaped outside, --shape=false).`
 	return cmd
 }
 
@@ -250,4 +274,124 @@ func shapedRate(cmd *cobra.Command, o sim.Options) float64 {
 		return o.BandwidthBps
 	}
 	return 0
+}
+
+// tunerFlags choose the tuner rank 0 runs (as autobyte sim's --tuner).
+type tunerFlags struct {
+	name, gridParts, gridCredits string
+	gridTrial, boTrial           int
+}
+
+func (t *tunerFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&t.name, "tuner", "static", "rank 0's tuner: static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best), bo (ByteScheduler's one-shot Bayesian optimisation) or autobyte (the meta-network tuner, which follows changes)")
+	fs.StringVar(&t.gridParts, "grid-partitions", "1MB,4MB,16MB", "grid tuner: partition sizes")
+	fs.StringVar(&t.gridCredits, "grid-credits", "4MB,16MB,64MB", "grid tuner: credit sizes")
+	fs.IntVar(&t.gridTrial, "grid-trial", 5, "grid tuner: iterations per candidate")
+	fs.IntVar(&t.boTrial, "bo-trial", 100, "bo tuner: iterations per trial (ByteScheduler: about 100; 15 trials, then frozen)")
+}
+
+// args re-emits the tuner flags for a child process.
+func (t *tunerFlags) args() []string {
+	return []string{"--tuner=" + t.name, "--grid-partitions=" + t.gridParts, "--grid-credits=" + t.gridCredits,
+		"--grid-trial=" + strconv.Itoa(t.gridTrial), "--bo-trial=" + strconv.Itoa(t.boTrial)}
+}
+
+// build returns the tuner for a job started with o (as autobyte sim builds
+// it, so equal flags tune alike in the simulator and at run time).
+func (t *tunerFlags) build(o sim.Options, seed uint64) (tune.Tuner, error) {
+	switch t.name {
+	case "static":
+		return tune.NewStatic(o.Sched), nil
+	case "grid":
+		parts, err := parseSizes("--grid-partitions", t.gridParts)
+		if err != nil {
+			return nil, err
+		}
+		creds, err := parseSizes("--grid-credits", t.gridCredits)
+		if err != nil {
+			return nil, err
+		}
+		base := o.Sched
+		base.Order = sched.OrderPriority
+		g, err := tune.NewGrid(tune.Cross(base, parts, creds), t.gridTrial)
+		if err != nil {
+			return nil, fmt.Errorf("--tuner grid: %w", err)
+		}
+		return g, nil
+	case "bo":
+		bo, err := tune.NewBO(tune.BOOptions{Arch: o.Arch.String(), Base: o.Sched, TrialIterations: t.boTrial, Seed: seed})
+		if err != nil {
+			return nil, fmt.Errorf("--tuner bo: %w", err)
+		}
+		return bo, nil
+	case "autobyte":
+		ab, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Sched.Admission}, Seed: seed})
+		if err != nil {
+			return nil, fmt.Errorf("--tuner autobyte: %w", err)
+		}
+		return ab, nil
+	}
+	return nil, fmt.Errorf("unknown --tuner %q (want static, grid, bo or autobyte)", t.name)
+}
+
+// computeScaleAt is worker rank's compute multiplier by iteration: the
+// compute trace times its straggler factor (nil when both are 1).
+func computeScaleAt(o sim.Options, rank int) func(int) float64 {
+	slow := 1.0
+	if f, ok := o.Stragglers[rank]; ok {
+		slow = f
+	}
+	if len(o.ComputeTrace) == 0 && slow == 1 {
+		return nil
+	}
+	return func(k int) float64 { return o.ComputeScaleAt(k) * slow }
+}
+
+// runtimeTuning is rank 0's tuning: the configured rate by iteration when
+// the run has one (--bandwidth or --bandwidth-trace), else the measured one;
+// the round trip when --latency is given (the links' own latency is not
+// measured: the tuner then assumes its default);
+// configuration changes and the autobyte tuner's events go to stderr as
+// "tuner: ..." lines (launch shows them) and into events.
+func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *[]string) job.TuningOptions {
+	to := job.TuningOptions{Tuner: tuner, Collect: true}
+	if cmd.Flags().Changed("latency") {
+		to.RoundTripS = 2 * o.LatencyS
+	}
+	if len(o.BandwidthTrace) > 0 || cmd.Flags().Changed("bandwidth") {
+		to.BandwidthAt = func(k int) float64 { return o.BandwidthAt(k) }
+	}
+	stderr := cmd.ErrOrStderr()
+	note := func(s string) {
+		*events = append(*events, s)
+		fmt.Fprintf(stderr, "tuner: %s\n", s)
+	}
+	if ab, ok := tuner.(*tune.AutoByte); ok {
+		seen := 0
+		to.OnStats = func(tune.Stats) {
+			evs := ab.Events()
+			for _, e := range evs[min(seen, len(evs)):] {
+				note(formatAutoByteEvent(e))
+			}
+			seen = len(evs)
+		}
+	}
+	to.OnChange = func(c job.ConfigChange) {
+		note(fmt.Sprintf("from iteration %d: partition %s, credit %s", c.FromIteration, units.FormatBytes(c.Config.PartitionBytes), units.FormatBytes(c.Config.CreditBytes)))
+	}
+	return to
+}
+
+func formatAutoByteEvent(e tune.AutoByteEvent) string {
+	s := fmt.Sprintf("after iteration %d: %s", e.Iteration, e.Kind)
+	switch e.Kind {
+	case "change":
+		s += " (" + e.Detail + ")"
+	case "search", "try", "verify":
+		s += fmt.Sprintf(" partition %s credit %s, predicted gain %.1f%%", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), 100*e.PredictedGain)
+	case "keep", "revert", "measured":
+		s += fmt.Sprintf(" partition %s credit %s, measured %s (before %s)", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
+	}
+	return s
 }
