@@ -31,6 +31,13 @@ def vgg(width, batchnorm):
     return nn.Sequential(*layers)
 
 
+def profile_model(width=64, batch=32):
+    """For python -m autobyte.profile examples/torch_cnn.py:profile_model."""
+    model = vgg(width, True)
+    x, y = torch.randn(batch, 3, 32, 32), torch.randint(0, 10, (batch,))
+    return model, x, lambda out: nn.functional.cross_entropy(out, y)
+
+
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
     p.add_argument("--width", type=int, default=64, help="channels of the first convolutions (64: 3.3M parameters)")

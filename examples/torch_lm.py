@@ -36,6 +36,13 @@ class LM(nn.Module):
         return self.head(self.norm(h))
 
 
+def profile_model(vocab=8000, dim=256, layers=2, heads=4, seq=64, batch=16):
+    """For python -m autobyte.profile examples/torch_lm.py:profile_model."""
+    model = LM(vocab, dim, layers, heads, seq)
+    tokens = torch.randint(0, vocab, (batch, seq + 1))
+    return model, tokens[:, :-1], lambda out: nn.functional.cross_entropy(out.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+
+
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=8000)

@@ -248,7 +248,14 @@ class _Session:
             self.accumulators.append(acc)  # the hook lives as long as its node
         for mod in model.modules():
             if id(mod) in self.module_layer:
-                self.hooks.append(mod.register_forward_pre_hook(self._pre_forward(self.module_layer[id(mod)])))
+                self.hooks.append(mod.register_forward_pre_hook(self._pre_forward([self.module_layer[id(mod)]])))
+        # Some modules' parameters are used without calling the module (e.g.
+        # MultiheadAttention reads out_proj.weight itself). The first forward
+        # pass records which modules run; at the first step, each layer whose
+        # module did not run is applied by its nearest ancestor that did.
+        self.model = model
+        self.ran = set()
+        self.probes = [m.register_forward_pre_hook(self._probe) for m in model.modules()]
 
     # Engine iteration 0 is the broadcast; training iteration k is k + 1.
     @staticmethod
@@ -325,12 +332,41 @@ class _Session:
                 if self.posted[t] != self.iteration:
                     self._post(t, from_backward=False)
 
-    def _pre_forward(self, layer):
+    def _pre_forward(self, layers):
         def hook(*_):
-            if self.applied[layer] < self.iteration - 1:
-                with self.lock:
-                    self._apply(layer, self.iteration - 1)
+            k = self.iteration - 1
+            for layer in layers:
+                if self.applied[layer] < k:
+                    with self.lock:
+                        self._apply(layer, k)
         return hook
+
+    def _probe(self, module, _):
+        self.ran.add(id(module))
+
+    def _delegate_silent_layers(self):
+        for h in self.probes:
+            h.remove()
+        self.probes = []
+        if not self.ran:
+            return  # no forward pass before the first step
+        parent = {}
+        for m in self.model.modules():
+            for c in m.children():
+                parent.setdefault(id(c), m)
+        by_id = {id(m): m for m in self.model.modules()}
+        extra = {}
+        for mid, layer in self.module_layer.items():
+            if mid in self.ran:
+                continue
+            m = parent.get(mid)
+            while m is not None and id(m) not in self.ran:
+                m = parent.get(id(m))
+            if m is None:
+                m = self.model
+            extra.setdefault(id(m), []).append(layer)
+        for mid, layers in extra.items():
+            self.hooks.append(by_id[mid].register_forward_pre_hook(self._pre_forward(layers)))
 
     def _apply(self, layer, k):
         """Waits for layer's sums of iteration k and applies the update."""
@@ -364,6 +400,8 @@ class _Session:
                 if self.posted[t] != k:
                     self._post(t, from_backward=False)
             self.hyper[k] = [{key: v for key, v in g.items() if key != "params"} for g in self.opt.param_groups]
+            if self.probes:
+                self._delegate_silent_layers()
             self.iteration = k + 1
 
     def synchronize(self):
@@ -380,7 +418,7 @@ class _Session:
                     self.synchronize()
             finally:
                 self.closed = True
-                for h in self.hooks:
+                for h in self.hooks + self.probes:
                     h.remove()
                 self.engine.close(ok, reason)
 

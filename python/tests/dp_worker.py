@@ -58,7 +58,22 @@ class Features(nn.Module):
         return self.out2(h) + 0.01 * recon.sum(dim=1, keepdim=True)
 
 
+class Attention(nn.Module):
+    """MultiheadAttention uses out_proj's weight without calling out_proj."""
+
+    def __init__(self):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(8, 2, batch_first=True)
+        self.head = nn.Linear(8, 3)
+
+    def forward(self, x, step):
+        h, _ = self.attn(x, x, x, need_weights=False)
+        return self.head(torch.tanh(h).mean(dim=1))
+
+
 def batch(model_name, gen, n):
+    if model_name == "attention":
+        return torch.randn(n, 5, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
     if model_name == "smooth":
         return torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 5, (n,), generator=gen)
     return torch.randn(n, 12, generator=gen), torch.randint(0, 4, (n,), generator=gen)
@@ -81,7 +96,7 @@ def make_opt(name, params):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=["autobyte", "ddp", "reference"], required=True)
-    p.add_argument("--model", choices=["smooth", "features"], default="smooth")
+    p.add_argument("--model", choices=["smooth", "features", "attention"], default="smooth")
     p.add_argument("--optimizer", default="sgd")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--batch", type=int, default=16)
@@ -97,7 +112,7 @@ def main():
     world = a.workers if a.backend == "reference" else int(os.environ.get("WORLD_SIZE", "1"))
     # Different initial weights per rank: the broadcast must make them equal.
     torch.manual_seed(a.seed + (rank if a.backend != "reference" else 0))
-    model = (Smooth if a.model == "smooth" else Features)()
+    model = {"smooth": Smooth, "features": Features, "attention": Attention}[a.model]()
     losses = []
     if a.backend == "reference":
         opt = make_opt(a.optimizer, [q for q in model.parameters() if q.requires_grad])

@@ -154,6 +154,17 @@ class Features(unittest.TestCase, Compare):
     def test_sgd(self):
         self.check("sgd")
 
+    def test_parameters_used_by_an_ancestor(self):
+        # out_proj's forward never runs; its update must still be in place
+        # before MultiheadAttention uses its weight.
+        args = ["--model", "attention", "--optimizer", "sgd", "--iterations", "12"]
+        want = reference(self, args, os.path.join(_tmp, "aref.pt"))
+        out = os.path.join(_tmp, "aab.pt")
+        run_ok(self, ["--workers", "3", "--servers", "2", "--partition", "256B", "--credit", "1KB"],
+               ["--backend", "autobyte", "--out", out] + args)
+        self.assertSameTraining(torch.load(out), want, "attention/sgd")
+        self.assertRanksEqual(out, 3)
+
     def test_adam(self):
         self.check("adam")
 
@@ -256,3 +267,39 @@ class Errors(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class Profile(unittest.TestCase):
+    """python -m autobyte.profile writes a profile autobyte sim reads."""
+
+    def test_profile_cnn_and_simulate(self):
+        out = os.path.join(_tmp, "cnn-profile.json")
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        r = subprocess.run([PY, "-m", "autobyte.profile", "examples/torch_cnn.py:profile_model", "--out", out,
+                            "--iterations", "3", "--warmup", "1", "--threads", "1"],
+                           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        import json
+        with open(out) as f:
+            prof = json.load(f)
+        # One layer per module with parameters: 6 convolutions, 6 BatchNorms, 2 linear.
+        self.assertEqual(len(prof["layers"]), 14, [l["name"] for l in prof["layers"]])
+        self.assertEqual(sum(t["params"] for l in prof["layers"] for t in l["tensors"]), 3249994)
+        self.assertEqual(prof["batch_size"], 32)
+        for l in prof["layers"]:
+            self.assertGreaterEqual(l["forward_s"], 0)
+            self.assertGreaterEqual(l["backward_s"], 0)
+        self.assertGreater(sum(l["forward_s"] + l["backward_s"] for l in prof["layers"]), 0)
+        r = subprocess.run([autobyte_bin(), "sim", "--profile", out, "--workers", "3", "--servers", "3", "--json"],
+                           cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertGreater(json.loads(r.stdout)["iteration_time_s"], 0)
+
+    def test_bad_factory(self):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        for spec, want in [("nofile.py:f", "does not exist"), ("examples/torch_cnn.py:nope", "has no function 'nope'"),
+                           ("justaname", "want FILE.py:FUNCTION")]:
+            r = subprocess.run([PY, "-m", "autobyte.profile", spec], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn(want, r.stdout)
