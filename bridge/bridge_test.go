@@ -1,0 +1,181 @@
+package bridge
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/worker"
+)
+
+func envOf(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+var twoTensors = []Tensor{{Name: "a", Layer: 0, Elems: 10}, {Name: "b", Layer: 1, Elems: 3}}
+
+func TestParseSettingsDefaults(t *testing.T) {
+	st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Spec.Workers != 1 || st.Rank != 0 || st.Spec.Arch != worker.AllReduce {
+		t.Fatalf("defaults: %d workers, rank %d, arch %v; want one all-reduce worker", st.Spec.Workers, st.Rank, st.Spec.Arch)
+	}
+	if st.Spec.Sched != job.ByteSchedulerDefaults(worker.AllReduce) {
+		t.Fatalf("sched %+v, want ByteScheduler's all-reduce defaults", st.Spec.Sched)
+	}
+	if got := st.Spec.Profile.TotalParams(); got != 13 {
+		t.Fatalf("profile has %d params, want 13", got)
+	}
+
+	env := map[string]string{"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+		"AUTOBYTE_TOKEN": "t", "AUTOBYTE_SERVERS": "2", "AUTOBYTE_PARTITION": "1MB", "AUTOBYTE_CREDIT": "4MB",
+		"AUTOBYTE_BANDWIDTH": "1Gbps", "AUTOBYTE_PS_PULL": "1"}
+	st, err = ParseSettings(Request{Tensors: twoTensors, Settings: map[string]string{"AUTOBYTE_CREDIT": "8MB"}}, envOf(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Spec.Arch != worker.PS || st.Spec.Servers != 2 || st.Rank != 2 || st.Spec.Workers != 3 || !st.Spec.PullMode {
+		t.Fatalf("spec %+v rank %d: want ps, 2 servers, rank 2 of 3, pull", st.Spec, st.Rank)
+	}
+	if st.Spec.Sched.PartitionBytes != 1_000_000 || st.Spec.Sched.CreditBytes != 8_000_000 {
+		t.Fatalf("sched %+v: want partition 1MB and the request's credit 8MB over the environment's", st.Spec.Sched)
+	}
+	if st.Net.Master != "10.0.0.1:29500" || st.Net.BandwidthBps != 125e6 {
+		t.Fatalf("net %+v: want master 10.0.0.1:29500 and 125e6 B/s", st.Net)
+	}
+}
+
+func TestParseSettingsErrors(t *testing.T) {
+	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
+	cases := []struct {
+		env     map[string]string
+		tensors []Tensor
+		want    string
+	}{
+		{map[string]string{"RANK": "x"}, twoTensors, `RANK="x"`},
+		{map[string]string{"RANK": "3", "WORLD_SIZE": "2"}, twoTensors, "RANK=3 is out of range for WORLD_SIZE=2"},
+		{map[string]string{"AUTOBYTE_ARCH": "ring"}, twoTensors, `AUTOBYTE_ARCH="ring"`},
+		{map[string]string{"AUTOBYTE_ARCH": "ps"}, twoTensors, "needs AUTOBYTE_SERVERS >= 1"},
+		{map[string]string{"AUTOBYTE_ARCH": "allreduce", "AUTOBYTE_SERVERS": "2"}, twoTensors, "AUTOBYTE_SERVERS=2"},
+		{map[string]string{"AUTOBYTE_SCHEDULER": "lifo"}, twoTensors, `AUTOBYTE_SCHEDULER="lifo"`},
+		{map[string]string{"AUTOBYTE_SCHEDULER": "fifo", "AUTOBYTE_PARTITION": "1MB"}, twoTensors, "apply to AUTOBYTE_SCHEDULER=bytescheduler"},
+		{map[string]string{"AUTOBYTE_PARTITION": "lots"}, twoTensors, `AUTOBYTE_PARTITION="lots"`},
+		{map[string]string{"AUTOBYTE_BANDWIDTH": "fast"}, twoTensors, `AUTOBYTE_BANDWIDTH="fast"`},
+		{map[string]string{"AUTOBYTE_PEER_TIMEOUT": "-1s"}, twoTensors, `AUTOBYTE_PEER_TIMEOUT="-1s"`},
+		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
+		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
+		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
+		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, twoTensors, "MASTER_PORT is not set"},
+		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, twoTensors, `MASTER_PORT="99999"`},
+		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, twoTensors, "AUTOBYTE_TOKEN is not set"},
+		{multi, nil, "no tensors"},
+		{multi, []Tensor{{Name: "a", Layer: 0, Elems: 0}}, `tensor 0 "a": 0 elements`},
+		{multi, []Tensor{{Name: "a", Layer: 1, Elems: 1}, {Name: "b", Layer: 1, Elems: 1}}, "layer 0 has no tensors"},
+		{multi, []Tensor{{Name: "a", Layer: 1, Elems: 1}, {Name: "b", Layer: 0, Elems: 1}}, "out of layer order"},
+		{multi, []Tensor{{Name: "a", Layer: 5, Elems: 1}}, "layer 5 out of range"},
+		{multi, []Tensor{{Name: "a", Layer: 0, Elems: 1}, {Name: "a", Layer: 1, Elems: 1}}, "duplicate tensor name"},
+	}
+	for _, c := range cases {
+		_, err := ParseSettings(Request{Tensors: c.tensors}, envOf(c.env))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v tensors %v: error %v, want one containing %q", c.env, c.tensors, err, c.want)
+		}
+	}
+}
+
+func TestOpenBadRequest(t *testing.T) {
+	for _, req := range []string{"", "{", `{"tensors": 3}`, `{"tensors": [], "extra": 1}`} {
+		if _, err := Open(context.Background(), []byte(req), envOf(nil)); err == nil {
+			t.Errorf("Open(%q) succeeded", req)
+		}
+	}
+}
+
+// TestSessionsSum: two sessions (two workers of an all-reduce job) sum
+// each other's gradients exactly, layer gates open, and an orderly close
+// ends both.
+func TestSessionsSum(t *testing.T) {
+	port, err := cluster.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := []Tensor{{Name: "w0", Layer: 0, Elems: 1000}, {Name: "b0", Layer: 0, Elems: 7}, {Name: "w1", Layer: 1, Elems: 50_001}}
+	req := `{"tensors":[{"name":"w0","layer":0,"elems":1000},{"name":"b0","layer":0,"elems":7},{"name":"w1","layer":1,"elems":50001}],"settings":{"AUTOBYTE_PARTITION":"16KB","AUTOBYTE_CREDIT":"64KB"}}`
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sessions := make([]*Session, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
+				"MASTER_PORT": strconv.Itoa(port), "AUTOBYTE_TOKEN": "tok", "AUTOBYTE_LISTEN": "127.0.0.1:0"}
+			sessions[r], errs[r] = Open(ctx, []byte(req), envOf(env))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for iter := 0; iter < 3; iter++ {
+		grads := make([][][]float32, 2)
+		for r := range 2 {
+			for i, tn := range ts {
+				g := make([]float32, tn.Elems)
+				for j := range g {
+					g[j] = float32((r+1)*1000 + i*10 + j%97 + iter)
+				}
+				grads[r] = append(grads[r], g)
+			}
+		}
+		for r := range 2 {
+			for i := range ts {
+				if err := sessions[r].Post(i, iter, grads[r][i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for r := range 2 {
+			for l := range 2 {
+				if err := sessions[r].WaitLayer(l, iter); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, tn := range ts {
+				for j := range tn.Elems {
+					want := float32(1000+i*10+j%97+iter) + float32(2000+i*10+j%97+iter)
+					if got := grads[r][i][j]; got != want {
+						t.Fatalf("iteration %d rank %d tensor %d element %d = %v, want %v", iter, r, i, j, got, want)
+					}
+				}
+			}
+		}
+	}
+	if err := sessions[0].Post(0, 0, make([]float32, 3)); err == nil || !strings.Contains(err.Error(), "3 elements, want 1000") {
+		t.Fatalf("posting a short gradient: %v", err)
+	}
+	wg.Add(2)
+	for r := range 2 {
+		go func() { defer wg.Done(); errs[r] = sessions[r].Close(true, "") }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d close: %v", r, err)
+		}
+	}
+	if err := sessions[0].Close(true, ""); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
