@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# A rate drop mid-run on the testbed (root): runs one job with --tuner autobyte
+# and once per static configuration of a small candidate set, with the same
+# bandwidth trace driving every host's tc rate, and prints the mean iteration
+# time over the whole run (tuning included) of each, median over REPEATS runs
+# interleaved so that they share the machine's noise.
+#
+#   sudo scripts/testbed-retune.sh [MODEL] [WORKERS] [SERVERS] [TRACE] [ITERATIONS] [REPEATS]
+#
+# The candidate set is ByteScheduler's default (4MB/16MB), the best static
+# configuration the simulator finds over the whole run among the grid
+# 256KB..16MB × 1MB..64MB, and any PARTITION:CREDIT pairs in $EXTRA
+# (default "16MB:64MB 1MB:4MB"). Raw JSON goes to $OUT (default
+# /tmp/testbed-retune). See docs/runtime-tuning.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:-resnet50} workers=${2:-2} servers=${3:-2}
+trace=${4:-0:2Gbps,25:500Mbps,55:2Gbps} iters=${5:-80} repeats=${6:-1}
+extra=${EXTRA:-16MB:64MB 1MB:4MB}
+out=${OUT:-/tmp/testbed-retune}
+bed=abretune
+mkdir -p "$out"
+go build -o /tmp/autobyte-retune ./cmd/autobyte
+ab=/tmp/autobyte-retune
+trap '$ab testbed down $bed >/dev/null 2>&1 || true' EXIT
+
+job=(--model "$model" --workers "$workers" --servers "$servers" --iterations "$iters" --bandwidth-trace "$trace")
+mean() { python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_iteration_time_s"])'; }
+
+# The simulator's best static configuration over the whole run.
+best="" bestt=""
+for p in 256KB 1MB 4MB 16MB; do
+  for c in 1MB 4MB 16MB 64MB; do
+    t=$($ab sim "${job[@]}" --partition "$p" --credit "$c" --json | mean)
+    if [[ -z $bestt ]] || awk -v a="$t" -v b="$bestt" 'BEGIN{exit !(a<b)}'; then best="$p:$c" bestt=$t; fi
+  done
+done
+simab=$($ab sim "${job[@]}" --tuner autobyte --json | mean)
+echo "simulator: best static $best ($bestt s), autobyte $simab s"
+
+cands=("4MB:16MB" "$best")
+for e in $extra; do [[ " ${cands[*]} " == *" $e "* ]] || cands+=("$e"); done
+runs=(autobyte "${cands[@]}")
+
+# The testbed: one host per process, every host at the trace's first rate.
+$ab testbed down $bed >/dev/null 2>&1 || true
+first=${trace%%,*}
+$ab testbed up --name $bed --hosts $((workers + servers)) --rate "${first#*:}" >/dev/null
+
+for r in $(seq 1 "$repeats"); do
+  for run in "${runs[@]}"; do
+    if [[ $run == autobyte ]]; then
+      flags=(--tuner autobyte) tag=autobyte
+    else
+      flags=(--tuner static --partition "${run%:*}" --credit "${run#*:}") tag=${run/:/-}
+    fi
+    f="$out/$tag-$r.json"
+    $ab launch --testbed $bed "${job[@]}" "${flags[@]}" --json > "$f" 2> "$out/$tag-$r.err"
+    python3 - "$f" "$run" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cf = "; ".join("%d:%g/%g MB" % (c["from_iteration"], c["partition_bytes"]/1e6, c["credit_bytes"]/1e6) for c in d["configs"])
+print("run %-10s mean %.3f s  verified %s  configs %s" % (sys.argv[2], d["mean_iteration_time_s"], d["verified"], cf))
+EOF
+  done
+done
+
+python3 - "$out" "$repeats" "${runs[@]}" <<'EOF'
+import json, statistics, sys
+out, repeats, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def tag(r): return r.replace(":", "-")
+res = {}
+for r in runs:
+    ds = [json.load(open("%s/%s-%d.json" % (out, tag(r), i))) for i in range(1, repeats + 1)]
+    res[r] = (statistics.median(d["mean_iteration_time_s"] for d in ds), all(d["verified"] for d in ds),
+              [d["mean_iteration_time_s"] for d in ds])
+statics = [r for r in runs if r != "autobyte"]
+best = min(statics, key=lambda r: res[r][0])
+print("\n| run | mean iteration (median of %d) | vs best static measured | verified | runs |" % repeats)
+print("|---|---:|---:|---|---|")
+for r in runs:
+    m, v, all_ = res[r]
+    name = r if r == "autobyte" else "static " + r.replace(":", " / ")
+    print("| %s | %.3f s | %+.1f%% | %s | %s |" % (name, m, 100 * (m / res[best][0] - 1), v, ", ".join("%.3f" % x for x in all_)))
+print("\nbest static measured: %s" % best)
+EOF
