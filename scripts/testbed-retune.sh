@@ -22,7 +22,7 @@ bed=abretune
 mkdir -p "$out"
 go build -o /tmp/autobyte-retune ./cmd/autobyte
 ab=/tmp/autobyte-retune
-trap '$ab testbed down $bed >/dev/null 2>&1 || true' EXIT
+trap '$ab testbed down --name $bed >/dev/null 2>&1 || true' EXIT
 
 job=(--model "$model" --workers "$workers" --servers "$servers" --iterations "$iters" --bandwidth-trace "$trace")
 mean() { python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_iteration_time_s"])'; }
@@ -43,7 +43,7 @@ for e in $extra; do [[ " ${cands[*]} " == *" $e "* ]] || cands+=("$e"); done
 runs=(autobyte "${cands[@]}")
 
 # The testbed: one host per process, every host at the trace's first rate.
-$ab testbed down $bed >/dev/null 2>&1 || true
+$ab testbed down --name $bed >/dev/null 2>&1 || true
 first=${trace%%,*}
 $ab testbed up --name $bed --hosts $((workers + servers)) --rate "${first#*:}" >/dev/null
 
