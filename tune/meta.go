@@ -199,6 +199,18 @@ type Meta struct {
 	OutStd  float64   `json:"out_std"`
 	// Layers are the dense layers, tanh between them, linear at the end.
 	Layers []MetaLayer `json:"layers"`
+	// Ensemble are further networks of the same shape as Layers, trained
+	// from other random draws; the prediction is the mean of Layers' and
+	// theirs (none: Layers alone).
+	Ensemble [][]MetaLayer `json:"ensemble,omitempty"`
+}
+
+// view is m with layers as its only network, sharing m's normalisation
+// (and layers' weights).
+func (m *Meta) view(layers []MetaLayer) *Meta {
+	v := *m
+	v.Layers, v.Ensemble = layers, nil
+	return &v
 }
 
 // MetaLayer is one dense layer: out = W·in + B, W row-major (Out rows of
@@ -226,6 +238,7 @@ type MetaHeader struct {
 	Iterations       int      `json:"iterations_per_simulation"`
 	Examples         int      `json:"examples"`
 	Hidden           []int    `json:"hidden"`
+	Members          int      `json:"members,omitempty"`
 	Epochs           int      `json:"epochs"`
 	TrainLoss        float64  `json:"train_loss_mse_log"`
 	HeldOutLoss      float64  `json:"held_out_loss_mse_log"`
@@ -306,6 +319,22 @@ func (m *Meta) validate() error {
 	if in != 1 {
 		return fmt.Errorf("tune: meta-network ends with %d outputs, want 1", in)
 	}
+	for k, e := range m.Ensemble {
+		if len(e) != len(m.Layers) {
+			return fmt.Errorf("tune: meta-network ensemble member %d has %d layers, want %d", k+1, len(e), len(m.Layers))
+		}
+		for i, l := range e {
+			w := m.Layers[i]
+			if l.In != w.In || l.Out != w.Out || len(l.W) != len(w.W) || len(l.B) != len(w.B) {
+				return fmt.Errorf("tune: meta-network ensemble member %d layer %d is %d→%d with %d weights and %d biases, want %d→%d", k+1, i, l.In, l.Out, len(l.W), len(l.B), w.In, w.Out)
+			}
+			for j, x := range l.W {
+				if math.IsNaN(x) || math.IsInf(x, 0) {
+					return fmt.Errorf("tune: meta-network ensemble member %d layer %d weight %d is %v", k+1, i, j, x)
+				}
+			}
+		}
+	}
 	return nil
 }
 
@@ -315,11 +344,20 @@ func (m *Meta) Clone() *Meta {
 	c.Features = append([]string(nil), m.Features...)
 	c.InMean = append([]float64(nil), m.InMean...)
 	c.InStd = append([]float64(nil), m.InStd...)
-	c.Layers = make([]MetaLayer, len(m.Layers))
-	for i, l := range m.Layers {
-		c.Layers[i] = MetaLayer{In: l.In, Out: l.Out, W: append([]float64(nil), l.W...), B: append([]float64(nil), l.B...)}
+	c.Layers = cloneLayers(m.Layers)
+	c.Ensemble = nil
+	for _, e := range m.Ensemble {
+		c.Ensemble = append(c.Ensemble, cloneLayers(e))
 	}
 	return &c
+}
+
+func cloneLayers(ls []MetaLayer) []MetaLayer {
+	out := make([]MetaLayer, len(ls))
+	for i, l := range ls {
+		out[i] = MetaLayer{In: l.In, Out: l.Out, W: append([]float64(nil), l.W...), B: append([]float64(nil), l.B...)}
+	}
+	return out
 }
 
 // metaScratch holds a forward pass's activations.
@@ -336,18 +374,34 @@ func (m *Meta) newScratch() *metaScratch {
 	return s
 }
 
-// forward runs the network on raw features x and returns the normalised
-// output; activations stay in sc.
+// forward runs the network (the mean of the ensemble's) on raw features x
+// and returns the normalised output; activations (of the last member) stay
+// in sc.
 func (m *Meta) forward(x []float64, sc *metaScratch) float64 {
+	if len(m.Ensemble) == 0 {
+		return m.forwardLayers(m.Layers, x, sc)
+	}
+	sum := m.forwardLayers(m.Layers, x, sc)
+	for _, e := range m.Ensemble {
+		sum += m.forwardLayers(e, x, sc)
+	}
+	return sum / float64(1+len(m.Ensemble))
+}
+
+// forwardLayers runs one network.
+func (m *Meta) forwardLayers(layers []MetaLayer, x []float64, sc *metaScratch) float64 {
 	in := sc.acts[0]
 	for i, v := range x {
 		in[i] = (v - m.InMean[i]) / m.InStd[i]
 	}
-	last := len(m.Layers) - 1
-	for li, l := range m.Layers {
+	last := len(layers) - 1
+	for li, l := range layers {
 		out := sc.acts[li+1]
+		in = in[:l.In]
 		for o := 0; o < l.Out; o++ {
+			// row has len(in) elements: no bounds checks in the loop.
 			row := l.W[o*l.In : (o+1)*l.In]
+			row = row[:len(in)]
 			z := l.B[o]
 			for j, v := range in {
 				z += row[j] * v
@@ -375,13 +429,82 @@ func (m *Meta) PredictLog(s Stats, cand sched.Config) float64 {
 // it has the capacity.
 func (m *Meta) Score(dst []float64, s Stats, cands []sched.Config) []float64 {
 	dst = dst[:0]
-	sc := m.newScratch()
-	x := make([]float64, 0, metaNumFeatures)
-	for _, c := range cands {
-		x = MetaFeatures(x[:0], s, c)
-		dst = append(dst, m.forward(x, sc)*m.OutStd+m.OutMean)
+	var scs [metaLanes]*metaScratch
+	var xs [metaLanes][]float64
+	for b := range scs {
+		scs[b] = m.newScratch()
+		xs[b] = make([]float64, 0, metaNumFeatures)
+	}
+	// metaLanes candidates at a time: the same arithmetic as forward, in
+	// independent chains the processor can overlap.
+	k := 0
+	for ; k+metaLanes <= len(cands); k += metaLanes {
+		for b := range xs {
+			xs[b] = MetaFeatures(xs[b][:0], s, cands[k+b])
+		}
+		var sum [metaLanes]float64
+		for i := range 1 + len(m.Ensemble) {
+			layers := m.Layers
+			if i > 0 {
+				layers = m.Ensemble[i-1]
+			}
+			r := m.forwardLanes(layers, &xs, &scs)
+			for b := range sum {
+				sum[b] += r[b]
+			}
+		}
+		for b := range sum {
+			y := sum[b]
+			if len(m.Ensemble) > 0 {
+				y /= float64(1 + len(m.Ensemble))
+			}
+			dst = append(dst, y*m.OutStd+m.OutMean)
+		}
+	}
+	for _, c := range cands[k:] {
+		xs[0] = MetaFeatures(xs[0][:0], s, c)
+		dst = append(dst, m.forward(xs[0], scs[0])*m.OutStd+m.OutMean)
 	}
 	return dst
+}
+
+// metaLanes is how many inputs forwardLanes runs at once.
+const metaLanes = 4
+
+// forwardLanes runs one network on metaLanes inputs at once; each output
+// is bit for bit forwardLayers' (the same operations in the same order).
+func (m *Meta) forwardLanes(layers []MetaLayer, xs *[metaLanes][]float64, scs *[metaLanes]*metaScratch) [metaLanes]float64 {
+	var in [metaLanes][]float64
+	for b := range in {
+		in[b] = scs[b].acts[0]
+		for i, v := range xs[b] {
+			in[b][i] = (v - m.InMean[i]) / m.InStd[i]
+		}
+	}
+	last := len(layers) - 1
+	for li, l := range layers {
+		i0 := in[0][:l.In]
+		i1, i2, i3 := in[1][:len(i0)], in[2][:len(i0)], in[3][:len(i0)]
+		o0, o1, o2, o3 := scs[0].acts[li+1], scs[1].acts[li+1], scs[2].acts[li+1], scs[3].acts[li+1]
+		o1, o2, o3 = o1[:len(o0)], o2[:len(o0)], o3[:len(o0)]
+		for o := range o0 {
+			row := l.W[o*l.In : (o+1)*l.In]
+			row = row[:len(i0)]
+			z0, z1, z2, z3 := l.B[o], l.B[o], l.B[o], l.B[o]
+			for j, w := range row {
+				z0 += w * i0[j]
+				z1 += w * i1[j]
+				z2 += w * i2[j]
+				z3 += w * i3[j]
+			}
+			if li < last {
+				z0, z1, z2, z3 = math.Tanh(z0), math.Tanh(z1), math.Tanh(z2), math.Tanh(z3)
+			}
+			o0[o], o1[o], o2[o], o3[o] = z0, z1, z2, z3
+		}
+		in = [metaLanes][]float64{o0, o1, o2, o3}
+	}
+	return [metaLanes]float64{in[0][0], in[1][0], in[2][0], in[3][0]}
 }
 
 // metaGrad accumulates gradients of the squared error over a batch.
@@ -458,6 +581,21 @@ type MetaExample struct {
 func (m *Meta) FineTune(examples []MetaExample, steps int, lr float64) float64 {
 	if len(examples) == 0 || steps < 1 {
 		return 0
+	}
+	if len(m.Ensemble) > 0 {
+		// Each member takes the steps on its own error; the loss
+		// reported is the ensemble's before the first step.
+		sc := m.newScratch()
+		var first float64
+		for _, ex := range examples {
+			e := m.forward(ex.X, sc) - (ex.Y-m.OutMean)/m.OutStd
+			first += e * e
+		}
+		m.view(m.Layers).FineTune(examples, steps, lr)
+		for _, e := range m.Ensemble {
+			m.view(e).FineTune(examples, steps, lr)
+		}
+		return first / float64(len(examples)) * m.OutStd * m.OutStd
 	}
 	sc, g := m.newScratch(), m.newGrad()
 	var first float64

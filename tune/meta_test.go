@@ -215,6 +215,127 @@ func TestTrainMetaDeterministic(t *testing.T) {
 	}
 }
 
+// metaExamples are made-up examples with a smooth target (best partition
+// near 1 MB).
+func metaExamples(n int) []tune.MetaExample {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var ex []tune.MetaExample
+	for range n {
+		s := metaState()
+		s.BandwidthBps *= math.Exp(rng.Float64()*4 - 2)
+		c := sched.Config{PartitionBytes: int64(1e5 * math.Exp(rng.Float64()*6)), CreditBytes: int64(1e6 * math.Exp(rng.Float64()*6)), Order: sched.OrderPriority}
+		y := 0.1*math.Pow(math.Log(float64(c.PartitionBytes)/1e6), 2) + 0.05*math.Log(s.BandwidthBps)
+		ex = append(ex, tune.MetaExample{X: tune.MetaFeatures(nil, s, c), Y: y})
+	}
+	return ex
+}
+
+// checkScore: Score, which runs several candidates at once, gives exactly
+// PredictLog's answers (42 candidates: 10 groups of 4 and 2 alone).
+func checkScore(t *testing.T, m *tune.Meta) {
+	t.Helper()
+	grid := tune.Cross(sched.Config{Order: sched.OrderPriority}, tune.DefaultMetaPartitions, tune.DefaultMetaCredits)
+	for _, bw := range []float64{0.1, 1, 10} {
+		s := metaState()
+		s.BandwidthBps *= bw
+		got := m.Score(nil, s, grid)
+		for i, c := range grid {
+			if want := m.PredictLog(s, c); got[i] != want {
+				t.Errorf("bandwidth x%v, %+v: Score %v, PredictLog %v", bw, c, got[i], want)
+			}
+		}
+	}
+}
+
+// TestMetaScoreExact: Score equals PredictLog bit for bit for the shipped
+// network.
+func TestMetaScoreExact(t *testing.T) {
+	m, err := tune.DefaultMeta()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkScore(t, m)
+	one := m.Clone()
+	one.Ensemble = nil
+	checkScore(t, one)
+}
+
+// TestMetaEnsemble: an ensemble's first member is the network a single
+// training gives, its prediction is the mean of its members', training is
+// deterministic, fine-tuning moves every member and lowers the error, Clone
+// copies every member, and ParseMeta rejects a member of the wrong shape.
+func TestMetaEnsemble(t *testing.T) {
+	ex := metaExamples(300)
+	o := tune.MetaTrainOptions{Hidden: []int{8, 8}, Epochs: 20, Batch: 16, LR: 3e-3, Seed: 9}
+	one, _, err := tune.TrainMeta(ex, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Members = 3
+	m, _, err := tune.TrainMeta(ex, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _, _ := tune.TrainMeta(ex, o)
+	if len(m.Ensemble) != 2 || m.Header.Members != 3 {
+		t.Fatalf("%d further members, header says %d; want 2 and 3", len(m.Ensemble), m.Header.Members)
+	}
+	if !slices.Equal(one.Layers[0].W, m.Layers[0].W) {
+		t.Error("member 0 differs from the single network of the same seed")
+	}
+	if slices.Equal(m.Layers[0].W, m.Ensemble[0][0].W) {
+		t.Error("members 0 and 1 are equal")
+	}
+	for k := range m.Ensemble {
+		if !slices.Equal(m.Ensemble[k][1].W, again.Ensemble[k][1].W) {
+			t.Errorf("member %d differs between two trainings", k+1)
+		}
+	}
+	single := func(layers []tune.MetaLayer) *tune.Meta {
+		c := m.Clone()
+		c.Layers, c.Ensemble = layers, nil
+		return c
+	}
+	s := metaState()
+	for _, c := range tune.Cross(sched.Config{Order: sched.OrderPriority}, tune.DefaultMetaPartitions, tune.DefaultMetaCredits)[:10] {
+		want := single(m.Layers).PredictLog(s, c)
+		for _, e := range m.Ensemble {
+			want += single(e).PredictLog(s, c)
+		}
+		want /= 3
+		if got := m.PredictLog(s, c); math.Abs(got-want) > 1e-12 {
+			t.Errorf("%+v: ensemble predicts %v, mean of members %v", c, got, want)
+		}
+	}
+	checkScore(t, m)
+	c := m.Clone()
+	c.Ensemble[1][0].W[0] += 1
+	if c.Ensemble[1][0].W[0] == m.Ensemble[1][0].W[0] {
+		t.Error("Clone shares an ensemble member's weights")
+	}
+	ft := m.Clone()
+	before := ft.FineTune(ex[:16], 1, 0.05)
+	after := ft.FineTune(ex[:16], 1, 0)
+	if !(after < before) {
+		t.Errorf("fine-tuning: loss %v, then %v; want lower", before, after)
+	}
+	for k := range ft.Ensemble {
+		if slices.Equal(ft.Ensemble[k][0].W, m.Ensemble[k][0].W) {
+			t.Errorf("fine-tuning left member %d unchanged", k+1)
+		}
+	}
+	bad := m.Clone()
+	bad.Ensemble[1] = bad.Ensemble[1][:2]
+	b, _ := json.Marshal(bad)
+	if _, err := tune.ParseMeta(b); err == nil || !strings.Contains(err.Error(), "ensemble member 2") {
+		t.Errorf("short member: %v", err)
+	}
+	o.Members = -1
+	if _, _, err := tune.TrainMeta(ex, o); err == nil || !strings.Contains(err.Error(), "-1") {
+		t.Errorf("members -1: %v", err)
+	}
+}
+
 func TestSpearman(t *testing.T) {
 	for _, c := range []struct {
 		x, y []float64

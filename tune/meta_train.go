@@ -181,9 +181,13 @@ type MetaTrainOptions struct {
 	// Target is what the examples' Y are (MetaTargetReference or
 	// MetaTargetCurrent); it is recorded in the header.
 	Target string
-	// Progress, if set, is called after every epoch with the epoch's mean
-	// squared error (log units).
-	Progress func(epoch int, mse float64)
+	// Members is how many networks are trained, each from its own draw
+	// of weights and minibatches; the prediction is their mean (0 or 1:
+	// one network).
+	Members int
+	// Progress, if set, is called after every epoch of every member with
+	// the epoch's mean squared error (log units).
+	Progress func(member, epoch int, mse float64)
 }
 
 // TrainMeta fits a network to the examples with Adam on the mean squared
@@ -198,8 +202,8 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 	if !validMetaTarget(o.Target) {
 		return nil, 0, fmt.Errorf("tune: unknown meta-network target %q (want %s or %s)", o.Target, MetaTargetReference, MetaTargetCurrent)
 	}
-	if o.Epochs < 1 || o.Batch < 1 || !(o.LR > 0) {
-		return nil, 0, fmt.Errorf("tune: training needs epochs >= 1, batch >= 1 and a positive rate, got %d, %d, %v", o.Epochs, o.Batch, o.LR)
+	if o.Epochs < 1 || o.Batch < 1 || !(o.LR > 0) || o.Members < 0 {
+		return nil, 0, fmt.Errorf("tune: training needs epochs >= 1, batch >= 1, a positive rate and members >= 0, got %d, %d, %v, %d", o.Epochs, o.Batch, o.LR, o.Members)
 	}
 	for i, ex := range examples {
 		if len(ex.X) != metaNumFeatures {
@@ -214,7 +218,6 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 			}
 		}
 	}
-	rng := rand.New(rand.NewPCG(o.Seed, 0x6d657461))
 	m := &Meta{Features: slices.Clone(MetaFeatureNames), InMean: make([]float64, metaNumFeatures), InStd: make([]float64, metaNumFeatures)}
 	n := float64(len(examples))
 	for _, ex := range examples {
@@ -237,6 +240,45 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 		}
 	}
 	m.OutStd = max(math.Sqrt(m.OutStd), 1e-6)
+	ys := make([]float64, len(examples))
+	for i, ex := range examples {
+		ys[i] = (ex.Y - m.OutMean) / m.OutStd
+	}
+	members := max(o.Members, 1)
+	for k := range members {
+		// Member k draws its weights and minibatches from its own stream;
+		// member 0's is the one a single network has always used.
+		rng := rand.New(rand.NewPCG(o.Seed, 0x6d657461+uint64(k)))
+		layers := m.trainMember(examples, ys, o, rng, k)
+		if k == 0 {
+			m.Layers = layers
+		} else {
+			m.Ensemble = append(m.Ensemble, layers)
+		}
+	}
+	sc := m.newScratch()
+	// The loss of the final weights (the epoch's sum mixes weights).
+	var final float64
+	for i, ex := range examples {
+		e := m.forward(ex.X, sc) - ys[i]
+		final += e * e
+	}
+	final = final / n * m.OutStd * m.OutStd
+	m.Header.Members = members
+	m.Header.Hidden = slices.Clone(o.Hidden)
+	m.Header.Epochs = o.Epochs
+	m.Header.Seed = o.Seed
+	m.Header.Target = o.Target
+	m.Header.Examples = len(examples)
+	m.Header.TrainLoss = final
+	return m, final, nil
+}
+
+// trainMember draws one network's weights from rng (Glorot uniform), trains
+// it with Adam on the normalised targets ys and returns its layers; m
+// holds the normalisation.
+func (m *Meta) trainMember(examples []MetaExample, ys []float64, o MetaTrainOptions, rng *rand.Rand, member int) []MetaLayer {
+	v := m.view(nil)
 	in := metaNumFeatures
 	for _, h := range append(slices.Clone(o.Hidden), 1) {
 		l := MetaLayer{In: in, Out: h, W: make([]float64, in*h), B: make([]float64, h)}
@@ -244,23 +286,20 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 		for i := range l.W {
 			l.W[i] = (2*rng.Float64() - 1) * a
 		}
-		m.Layers = append(m.Layers, l)
+		v.Layers = append(v.Layers, l)
 		in = h
 	}
 
 	// Adam state.
-	g := m.newGrad()
-	mw, vw, mb, vb := m.newGrad(), m.newGrad(), m.newGrad(), m.newGrad()
+	g := v.newGrad()
+	mw, vw, mb, vb := v.newGrad(), v.newGrad(), v.newGrad(), v.newGrad()
 	const beta1, beta2, eps = 0.9, 0.999, 1e-8
-	sc := m.newScratch()
+	sc := v.newScratch()
 	order := make([]int, len(examples))
 	for i := range order {
 		order[i] = i
 	}
-	ys := make([]float64, len(examples))
-	for i, ex := range examples {
-		ys[i] = (ex.Y - m.OutMean) / m.OutStd
-	}
+	n := float64(len(examples))
 	t := 0
 	for epoch := range o.Epochs {
 		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
@@ -270,7 +309,7 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 			batch := order[start:min(start+o.Batch, len(order))]
 			g.zero()
 			for _, i := range batch {
-				sum += m.accumulate(examples[i].X, ys[i], sc, g)
+				sum += v.accumulate(examples[i].X, ys[i], sc, g)
 			}
 			t++
 			c1, c2 := 1-math.Pow(beta1, float64(t)), 1-math.Pow(beta2, float64(t))
@@ -283,29 +322,16 @@ func TrainMeta(examples []MetaExample, o MetaTrainOptions) (*Meta, float64, erro
 					p[j] -= lr * (mom[j] / c1) / (math.Sqrt(vel[j]/c2) + eps)
 				}
 			}
-			for li := range m.Layers {
-				step(m.Layers[li].W, g.w[li], mw.w[li], vw.w[li])
-				step(m.Layers[li].B, g.b[li], mb.b[li], vb.b[li])
+			for li := range v.Layers {
+				step(v.Layers[li].W, g.w[li], mw.w[li], vw.w[li])
+				step(v.Layers[li].B, g.b[li], mb.b[li], vb.b[li])
 			}
 		}
 		if o.Progress != nil {
-			o.Progress(epoch, sum/n*m.OutStd*m.OutStd)
+			o.Progress(member, epoch, sum/n*m.OutStd*m.OutStd)
 		}
 	}
-	// The loss of the final weights (the epoch's sum mixes weights).
-	var final float64
-	for i, ex := range examples {
-		e := m.forward(ex.X, sc) - ys[i]
-		final += e * e
-	}
-	final = final / n * m.OutStd * m.OutStd
-	m.Header.Hidden = slices.Clone(o.Hidden)
-	m.Header.Epochs = o.Epochs
-	m.Header.Seed = o.Seed
-	m.Header.Target = o.Target
-	m.Header.Examples = len(examples)
-	m.Header.TrainLoss = final
-	return m, final, nil
+	return v.Layers
 }
 
 // MetaScenarioEval is how well a network ranks one scenario's runs.

@@ -46,6 +46,7 @@ type tuneTrainFlags struct {
 	data             string
 	synthetic        float64
 	target           string
+	members          int
 }
 
 func newTuneTrainCmd() *cobra.Command {
@@ -78,6 +79,7 @@ header of how they were made. Equal flags give equal weights.`,
 	fs.StringVar(&f.heldOut, "held-out", "resnet101,gpt2", "zoo models kept out of training, to evaluate on")
 	fs.IntVar(&f.parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.StringVar(&f.data, "data", "", "cache of simulated runs: runs found in it are not simulated again, new ones are added to it")
+	fs.IntVar(&f.members, "members", 1, "networks in the ensemble, each from its own random draw (the prediction is their mean)")
 	fs.Float64Var(&f.synthetic, "synthetic", 0, "fraction of training scenarios whose model is a random synthetic profile instead of a zoo model (0-1)")
 	fs.StringVar(&f.target, "target", tune.MetaTargetCurrent, "what the network predicts: log time relative to the reference (reference) or to the current configuration's measured time (current)")
 	return cmd
@@ -93,6 +95,8 @@ func (f tuneTrainFlags) check() error {
 		return fmt.Errorf("--configs must be >= 1, got %d", f.configs)
 	case f.iterations < 2:
 		return fmt.Errorf("--iterations must be >= 2 (one warm-up), got %d", f.iterations)
+	case f.members < 1:
+		return fmt.Errorf("--members must be >= 1, got %d", f.members)
 	case f.epochs < 1:
 		return fmt.Errorf("--epochs must be >= 1, got %d", f.epochs)
 	case f.parallel < 1:
@@ -173,17 +177,18 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	fmt.Fprintf(log, "tune train: simulated in %.0f s; training on %d examples, %d epochs\n", simS, len(examples), f.epochs)
 	trainStart := time.Now()
 	m, loss, err := tune.TrainMeta(examples, tune.MetaTrainOptions{Hidden: f.hidden, Epochs: f.epochs, Batch: 64, LR: 3e-3, Seed: f.seed, Target: f.target,
-		Progress: func(epoch int, mse float64) {
+		Members: f.members,
+		Progress: func(member, epoch int, mse float64) {
 			if epoch%10 == 0 || epoch == f.epochs-1 {
-				fmt.Fprintf(log, "tune train: epoch %d/%d mse %.4f (%.0f s)\n", epoch+1, f.epochs, mse, time.Since(trainStart).Seconds())
+				fmt.Fprintf(log, "tune train: member %d/%d epoch %d/%d mse %.4f (%.0f s)\n", member+1, f.members, epoch+1, f.epochs, mse, time.Since(trainStart).Seconds())
 			}
 		}})
 	if err != nil {
 		return err
 	}
 	h := &m.Header
-	h.Command = fmt.Sprintf("autobyte tune train --seed %d --scenarios %d --synthetic %v --held-out-scenarios %d --configs %d --iterations %d --epochs %d --hidden %s --held-out %s --target %s",
-		f.seed, f.scenarios, f.synthetic, f.heldOutScenarios, f.configs, f.iterations, f.epochs, intsList(f.hidden), f.heldOut, f.target)
+	h.Command = fmt.Sprintf("autobyte tune train --seed %d --scenarios %d --synthetic %v --held-out-scenarios %d --configs %d --iterations %d --epochs %d --members %d --hidden %s --held-out %s --target %s",
+		f.seed, f.scenarios, f.synthetic, f.heldOutScenarios, f.configs, f.iterations, f.epochs, f.members, intsList(f.hidden), f.heldOut, f.target)
 	h.TrainModels, h.HeldOutModels = train, heldOut
 	h.TrainScenarios, h.HeldOutScenarios = len(trainJobs), len(evalJobs)
 	h.Simulations, h.Iterations = total, f.iterations
