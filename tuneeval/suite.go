@@ -94,16 +94,26 @@ func parseFactor(v string) (float64, error) {
 	return f, nil
 }
 
-// Phases are the iteration ranges [From, To) between the steps of the
-// bandwidth and compute traces (one phase for a steady scenario).
+// Phases are the iteration ranges [From, To) under constant conditions
+// (one phase for a steady scenario). A bandwidth step at iteration c
+// starts a phase at c. A compute step at c starts one at c-1: iteration
+// c-1's span ends with forward pass c, which already runs at the new speed
+// (sim's rule, sim/dynamics.go), so c-1 is the first iteration the change
+// shows in.
 func (s Scenario) Phases() []Phase {
 	tr, _ := sim.ParseSteps(s.Trace, units.ParseRate)
 	ct, _ := sim.ParseSteps(s.ComputeTrace, parseFactor)
 	var cuts []int
-	for _, st := range append(tr, ct...) {
-		if st.Iteration > 0 && st.Iteration < s.Iterations && !slices.Contains(cuts, st.Iteration) {
-			cuts = append(cuts, st.Iteration)
+	add := func(c int) {
+		if c > 0 && c < s.Iterations && !slices.Contains(cuts, c) {
+			cuts = append(cuts, c)
 		}
+	}
+	for _, st := range tr {
+		add(st.Iteration)
+	}
+	for _, st := range ct {
+		add(st.Iteration - 1)
 	}
 	slices.Sort(cuts)
 	var out []Phase

@@ -224,3 +224,29 @@ func TestSettle(t *testing.T) {
 		t.Fatalf("settle %d, want 2", got)
 	}
 }
+
+// TestPhasesComputeTrace: a compute step at iteration c starts a phase at
+// c-1 (the iteration whose forward pass c runs at the new speed), a
+// bandwidth step at c itself; the simulator agrees: iteration c-1 is the
+// first whose time changes.
+func TestPhasesComputeTrace(t *testing.T) {
+	s := Scenario{Name: "x", Model: "resnet50", Arch: "allreduce", Workers: 4, Bandwidth: "10Gbps", ComputeTrace: "0:1,20:4", Iterations: 40}
+	if got := s.Phases(); len(got) != 2 || got[1].From != 19 {
+		t.Fatalf("compute step at 20: phases %v, want a cut at 19", got)
+	}
+	o, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.IterationTimesS[18] != r.IterationTimesS[17] || r.IterationTimesS[19] == r.IterationTimesS[18] {
+		t.Errorf("iteration times 17-19: %v; want 17 = 18 != 19", r.IterationTimesS[17:20])
+	}
+	s.ComputeTrace, s.Trace = "", "0:10Gbps,20:2Gbps"
+	if got := s.Phases(); len(got) != 2 || got[1].From != 20 {
+		t.Errorf("bandwidth step at 20: phases %v, want a cut at 20", got)
+	}
+}
