@@ -25,6 +25,7 @@ import (
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
 )
@@ -63,10 +64,16 @@ type Request struct {
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
 //	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
+//	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
+//	AUTOBYTE_LINK_RATE     the hosts' link rate for the tuner (e.g. 1Gbps; default: measured)
 type Settings struct {
 	Spec job.Spec
 	Net  job.Net
 	Rank int
+	// Tuner is rank 0's tuner ("" or "static": none).
+	Tuner string
+	// LinkRateBps is the link rate the tuner is told (0: measured).
+	LinkRateBps float64
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -161,8 +168,39 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	if err := s.Spec.Validate(); err != nil {
 		return s, err
 	}
-	s.Net, err = netOf(get, s.Rank, world)
-	return s, err
+	if s.Net, err = netOf(get, s.Rank, world); err != nil {
+		return s, err
+	}
+	switch v := get("AUTOBYTE_TUNER"); v {
+	case "", "static":
+	case "autobyte", "bo":
+		s.Tuner = v
+	default:
+		return s, fmt.Errorf("AUTOBYTE_TUNER=%q: want static, autobyte or bo", v)
+	}
+	if v := get("AUTOBYTE_LINK_RATE"); v != "" {
+		if s.LinkRateBps, err = units.ParseRate(v); err != nil {
+			return s, fmt.Errorf("AUTOBYTE_LINK_RATE=%q: %w", v, err)
+		}
+	} else {
+		s.LinkRateBps = s.Net.BandwidthBps
+	}
+	return s, nil
+}
+
+// newTuner builds rank 0's tuner.
+func newTuner(st Settings) (tune.Tuner, error) {
+	switch st.Tuner {
+	case "autobyte":
+		return tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: st.Spec.Sched.Admission}, Seed: 1})
+	case "bo":
+		arch := "ps"
+		if st.Spec.Arch == worker.AllReduce {
+			arch = "allreduce"
+		}
+		return tune.NewBO(tune.BOOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1})
+	}
+	return nil, fmt.Errorf("bridge: unknown tuner %q", st.Tuner)
 }
 
 func schedConfig(get getenv, arch worker.Arch) (sched.Config, error) {
@@ -293,6 +331,7 @@ type Session struct {
 	w        *job.Worker
 	settings Settings
 	tensors  []Tensor
+	tuning   *job.Tuning
 
 	mu     sync.Mutex
 	closed bool
@@ -311,11 +350,84 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	w, err := job.ConnectWith(ctx, st.Spec, st.Rank, st.Net, job.ConnectOptions{})
+	var co job.ConnectOptions
+	var tuning *job.Tuning
+	if st.Rank == 0 && st.Tuner != "" {
+		if st.Spec.Sched.PartitionBytes == 0 && st.Spec.Sched.CreditBytes == 0 {
+			return nil, fmt.Errorf("AUTOBYTE_TUNER=%s tunes partition and credit: it needs AUTOBYTE_SCHEDULER=bytescheduler", st.Tuner)
+		}
+		tn, err := newTuner(st)
+		if err != nil {
+			return nil, err
+		}
+		o := job.TuningOptions{Tuner: tn}
+		if st.LinkRateBps > 0 {
+			rate := st.LinkRateBps
+			o.BandwidthAt = func(int) float64 { return rate }
+		}
+		tuning = job.NewTuning(st.Spec, o, nil)
+		co.Observer = tuning.Observer()
+	}
+	w, err := job.ConnectWith(ctx, st.Spec, st.Rank, st.Net, co)
 	if err != nil {
 		return nil, err
 	}
-	return &Session{w: w, settings: st, tensors: req.Tensors}, nil
+	if tuning != nil {
+		tuning.Attach(w.Engine)
+	}
+	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning}, nil
+}
+
+// Tuning says whether this session tunes itself (rank 0 with a tuner): the
+// binding must then report its compute with Mark.
+func (s *Session) Tuning() bool { return s.tuning != nil }
+
+// Mark events of a training step, for the tuner's measurements.
+const (
+	ForwardBegin = iota
+	ForwardEnd
+	BackwardEnd
+)
+
+// Mark reports event of iteration k (a no-op without tuning). ForwardEnd
+// runs the tuner; a configuration it proposes applies from a later
+// iteration on every worker and server.
+func (s *Session) Mark(event, k int) error {
+	if s.tuning == nil {
+		return nil
+	}
+	switch event {
+	case ForwardBegin:
+		return s.tuning.ForwardBegin(k)
+	case ForwardEnd:
+		return s.tuning.ForwardEnd(k)
+	case BackwardEnd:
+		return s.tuning.BackwardEnd(k)
+	}
+	return fmt.Errorf("bridge: unknown mark %d", event)
+}
+
+// Report is what a session did, as JSON for the binding: the
+// configurations in force and the (engine) iteration each applied from.
+func (s *Session) Report() ([]byte, error) {
+	type config struct {
+		FromIteration  int   `json:"from_iteration"`
+		PartitionBytes int64 `json:"partition_bytes"`
+		CreditBytes    int64 `json:"credit_bytes"`
+	}
+	r := struct {
+		Tuner   string   `json:"tuner"`
+		Configs []config `json:"configs"`
+	}{Tuner: "static"}
+	if s.tuning != nil {
+		r.Tuner = s.settings.Tuner
+		for _, c := range s.tuning.Configs() {
+			r.Configs = append(r.Configs, config{c.FromIteration, c.Config.PartitionBytes, c.Config.CreditBytes})
+		}
+	} else {
+		r.Configs = []config{{0, s.settings.Spec.Sched.PartitionBytes, s.settings.Spec.Sched.CreditBytes}}
+	}
+	return json.Marshal(r)
 }
 
 // Settings is what the session runs with.

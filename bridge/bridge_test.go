@@ -102,14 +102,65 @@ func TestOpenBadRequest(t *testing.T) {
 // each other's gradients exactly, layer gates open, and an orderly close
 // ends both.
 func TestSessionsSum(t *testing.T) {
+	sessions := runSessions(t, `{"AUTOBYTE_PARTITION":"16KB","AUTOBYTE_CREDIT":"64KB"}`, 3)
+	if err := sessions[0].Post(0, 0, make([]float32, 3)); err == nil || !strings.Contains(err.Error(), "3 elements, want 1000") {
+		t.Fatalf("posting a short gradient: %v", err)
+	}
+	closeSessions(t, sessions)
+	if err := sessions[0].Close(true, ""); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+}
+
+// TestSessionsTuned: rank 0 tunes itself from the binding's marks; the
+// configuration changes while sums stay exact on both ranks.
+func TestSessionsTuned(t *testing.T) {
+	sessions := runSessions(t, `{"AUTOBYTE_PARTITION":"16KB","AUTOBYTE_CREDIT":"64KB","AUTOBYTE_TUNER":"autobyte","AUTOBYTE_LINK_RATE":"1Gbps"}`, 30)
+	if !sessions[0].Tuning() || sessions[1].Tuning() {
+		t.Fatalf("tuning on rank 0: %v, rank 1: %v; want only rank 0", sessions[0].Tuning(), sessions[1].Tuning())
+	}
+	rep, err := sessions[0].Report()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(rep), `"tuner":"autobyte"`) || strings.Count(string(rep), "from_iteration") < 2 {
+		t.Fatalf("report %s: want the autobyte tuner and at least one configuration change in 30 iterations", rep)
+	}
+	if err := sessions[0].Mark(7, 1); err == nil {
+		t.Fatal("an unknown mark was accepted")
+	}
+	closeSessions(t, sessions)
+}
+
+func closeSessions(t *testing.T, sessions []*Session) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, len(sessions))
+	for r := range sessions {
+		wg.Add(1)
+		go func() { defer wg.Done(); errs[r] = sessions[r].Close(true, "") }()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d close: %v", r, err)
+		}
+	}
+}
+
+// runSessions opens two ring sessions with settings and runs iterations
+// of exact sums through them (marking each step for a tuner).
+func runSessions(t *testing.T, settings string, iterations int) []*Session {
+	t.Helper()
 	port, err := cluster.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ts := []Tensor{{Name: "w0", Layer: 0, Elems: 1000}, {Name: "b0", Layer: 0, Elems: 7}, {Name: "w1", Layer: 1, Elems: 50_001}}
-	req := `{"tensors":[{"name":"w0","layer":0,"elems":1000},{"name":"b0","layer":0,"elems":7},{"name":"w1","layer":1,"elems":50001}],"settings":{"AUTOBYTE_PARTITION":"16KB","AUTOBYTE_CREDIT":"64KB"}}`
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	req := `{"tensors":[{"name":"w0","layer":0,"elems":1000},{"name":"b0","layer":0,"elems":7},{"name":"w1","layer":1,"elems":50001}],"settings":` + settings + `}`
+	// The context lives as long as the sessions: it bounds the job.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
 	sessions := make([]*Session, 2)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
@@ -128,7 +179,23 @@ func TestSessionsSum(t *testing.T) {
 			t.Fatalf("rank %d: %v", r, err)
 		}
 	}
-	for iter := 0; iter < 3; iter++ {
+	for iter := 0; iter < iterations; iter++ {
+		for r := range 2 {
+			if err := sessions[r].Mark(ForwardBegin, iter); err != nil {
+				t.Fatal(err)
+			}
+			if iter > 0 {
+				// The forward waits for the previous iteration's sums.
+				for l := range 2 {
+					if err := sessions[r].WaitLayer(l, iter-1); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if err := sessions[r].Mark(ForwardEnd, iter); err != nil {
+				t.Fatal(err)
+			}
+		}
 		grads := make([][][]float32, 2)
 		for r := range 2 {
 			for i, tn := range ts {
@@ -144,6 +211,9 @@ func TestSessionsSum(t *testing.T) {
 				if err := sessions[r].Post(i, iter, grads[r][i]); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if err := sessions[r].Mark(BackwardEnd, iter); err != nil {
+				t.Fatal(err)
 			}
 		}
 		for r := range 2 {
@@ -162,20 +232,5 @@ func TestSessionsSum(t *testing.T) {
 			}
 		}
 	}
-	if err := sessions[0].Post(0, 0, make([]float32, 3)); err == nil || !strings.Contains(err.Error(), "3 elements, want 1000") {
-		t.Fatalf("posting a short gradient: %v", err)
-	}
-	wg.Add(2)
-	for r := range 2 {
-		go func() { defer wg.Done(); errs[r] = sessions[r].Close(true, "") }()
-	}
-	wg.Wait()
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d close: %v", r, err)
-		}
-	}
-	if err := sessions[0].Close(true, ""); err != nil {
-		t.Fatalf("second close: %v", err)
-	}
+	return sessions
 }

@@ -59,7 +59,7 @@ def distribute(args, model):
         import autobyte.torch as ab
         ab.init()
         opt = ab.DistributedOptimizer(make_optimizer(args, model.parameters()), model)
-        return model, opt, opt.synchronize
+        return model, opt, lambda: (opt.synchronize(), opt.autobyte_report())[1]
     if args.backend == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -87,7 +87,7 @@ def train(args, model, batch_fn, loss_fn):
         t1 = time.perf_counter()
         times.append(t1 - t0)
         t0 = t1
-    finish()
+    report = finish()
     steady = times[args.warmup:]
     result = {
         "backend": args.backend,
@@ -99,6 +99,9 @@ def train(args, model, batch_fn, loss_fn):
     }
     if args.losses:
         result["losses"] = losses
+    if report:
+        result["tuner"], result["configs"] = report["tuner"], report["configs"]
+    result["iteration_times_s"] = times
     if rank == 0:
         if args.save:
             torch.save(model.state_dict(), args.save)

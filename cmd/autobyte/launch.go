@@ -175,7 +175,7 @@ reaching its iteration (see docs/runtime-tuning.md).`
 // runScriptLaunch is launch with a training command after --.
 func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, logLevel string, peerTimeout time.Duration) error {
 	for _, name := range []string{"json", "verify", "tls", "trace", "metrics-port", "model", "profile", "iterations",
-		"tuner", "grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
+		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
 		}
@@ -191,9 +191,19 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	if peerTimeout <= 0 {
 		return fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
 	}
+	tuner, _ := cmd.Flags().GetString("tuner")
+	switch tuner {
+	case "static", "autobyte", "bo":
+	default:
+		return fmt.Errorf("--tuner %q: a training command supports static, autobyte or bo", tuner)
+	}
 	ctx, stop := signalContext()
 	defer stop()
-	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr()}
+	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
+		scriptTuner: tuner}
+	if cmd.Flags().Changed("bandwidth") {
+		lc.linkRate = o.BandwidthBps
+	}
 	if bedName != "" {
 		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps, false)
 		if err != nil {
@@ -235,6 +245,10 @@ func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts 
 }
 
 type launchConfig struct {
+	// scriptTuner and linkRate are a training command's tuner and the
+	// hosts' rate it is told (0: unknown).
+	scriptTuner string
+	linkRate    float64
 	verify, logLevel string
 	peerTimeout      time.Duration
 	shaped           float64

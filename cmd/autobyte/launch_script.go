@@ -65,6 +65,12 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	if lc.shaped > 0 {
 		set("AUTOBYTE_BANDWIDTH", strconv.FormatFloat(lc.shaped, 'g', -1, 64)+"B/s")
 	}
+	if lc.scriptTuner != "" {
+		set("AUTOBYTE_TUNER", lc.scriptTuner)
+	}
+	if lc.linkRate > 0 {
+		set("AUTOBYTE_LINK_RATE", strconv.FormatFloat(lc.linkRate, 'g', -1, 64)+"B/s")
+	}
 	set("AUTOBYTE_PEER_TIMEOUT", lc.peerTimeout.String())
 	set("AUTOBYTE_LOG_LEVEL", lc.logLevel)
 	if lc.bed != nil {

@@ -109,6 +109,55 @@ func ab_wait_layer(layer, iteration C.int) C.int {
 	return 0
 }
 
+// ab_tuning returns 1 if this session tunes itself (rank 0 with a tuner):
+// the binding must then report its steps with ab_mark.
+//
+//export ab_tuning
+func ab_tuning() C.int {
+	s, err := current()
+	if err != nil || !s.Tuning() {
+		return 0
+	}
+	return 1
+}
+
+// ab_mark reports event (0 forward begins, 1 forward ends, 2 backward
+// ends) of iteration; a forward end runs the tuner.
+//
+//export ab_mark
+func ab_mark(event, iteration C.int) C.int {
+	s, err := current()
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.Mark(int(event), int(iteration)); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// ab_report copies the session's report (JSON, see bridge.Session.Report)
+// into buf of size n, NUL-terminated, and returns its full length (-1 on
+// failure).
+//
+//export ab_report
+func ab_report(buf *C.char, n C.int) C.int {
+	s, err := current()
+	if err != nil {
+		return fail(err)
+	}
+	r, err := s.Report()
+	if err != nil {
+		return fail(err)
+	}
+	if buf != nil && n > 0 {
+		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
+		k := copy(dst[:n-1], r)
+		dst[k] = 0
+	}
+	return C.int(len(r))
+}
+
 // ab_close ends the session: ok != 0 says goodbye to every peer; otherwise
 // the peers are told reason (may be NULL) as this worker's failure.
 //

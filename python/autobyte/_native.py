@@ -86,11 +86,16 @@ class Engine:
         lib.ab_wait_layer.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.ab_close.argtypes = [ctypes.c_int, ctypes.c_char_p]
         lib.ab_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_close, lib.ab_last_error):
+        lib.ab_tuning.argtypes = []
+        lib.ab_mark.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.ab_report.argtypes = [ctypes.c_char_p, ctypes.c_int]
+        for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_close, lib.ab_last_error,
+                  lib.ab_tuning, lib.ab_mark, lib.ab_report):
             f.restype = ctypes.c_int
         req = json.dumps({"tensors": tensors, "settings": settings or {}}).encode()
         self._check(lib.ab_open(req, len(req)))
         self.open = True
+        self.tuning = lib.ab_tuning() == 1
 
     def _check(self, rc):
         if rc != 0:
@@ -104,6 +109,20 @@ class Engine:
 
     def wait_layer(self, layer, iteration):
         self._check(self._lib.ab_wait_layer(layer, iteration))
+
+    # Events of ab_mark.
+    FORWARD_BEGIN, FORWARD_END, BACKWARD_END = 0, 1, 2
+
+    def mark(self, event, iteration):
+        self._check(self._lib.ab_mark(event, iteration))
+
+    def report(self):
+        n = self._lib.ab_report(None, 0)
+        if n < 0:
+            self._check(n)
+        buf = ctypes.create_string_buffer(n + 1)
+        self._lib.ab_report(buf, n + 1)
+        return json.loads(buf.value.decode())
 
     def close(self, ok=True, reason=None):
         if not self.open:

@@ -253,6 +253,11 @@ class _Session:
         # MultiheadAttention reads out_proj.weight itself). The first forward
         # pass records which modules run; at the first step, each layer whose
         # module did not run is applied by its nearest ancestor that did.
+        if self.engine.tuning:
+            # Rank 0 tunes: the engine measures the steps' compute.
+            self.hooks.append(model.register_forward_pre_hook(self._mark_forward_begin))
+            self.hooks.append(model.register_forward_hook(self._mark_forward_end))
+        self.forward_marked = -1
         self.model = model
         self.ran = set()
         self.probes = [m.register_forward_pre_hook(self._probe) for m in model.modules()]
@@ -331,6 +336,8 @@ class _Session:
             for t in range(len(self.params)):
                 if self.posted[t] != self.iteration:
                     self._post(t, from_backward=False)
+            if self.engine.tuning and self.forward_marked == self.iteration:
+                self.engine.mark(Engine.BACKWARD_END, self._engine_iter(self.iteration))
 
     def _pre_forward(self, layers):
         def hook(*_):
@@ -340,6 +347,25 @@ class _Session:
                     with self.lock:
                         self._apply(layer, k)
         return hook
+
+    def _mark_forward_begin(self, *_):
+        if self.forward_marked != self.iteration:
+            self.engine.mark(Engine.FORWARD_BEGIN, self._engine_iter(self.iteration))
+
+    def _mark_forward_end(self, *_):
+        # Only the first forward of a step counts (and runs the tuner, which
+        # may change the configuration from a later iteration).
+        if self.forward_marked != self.iteration:
+            self.forward_marked = self.iteration
+            self.engine.mark(Engine.FORWARD_END, self._engine_iter(self.iteration))
+
+    def report(self):
+        """The tuner and the configurations applied, each from the training
+        step it applied to first."""
+        r = self.engine.report()
+        for c in r["configs"]:
+            c["from_step"] = max(0, c.pop("from_iteration") - 1)
+        return r
 
     def _probe(self, module, _):
         self.ran.add(id(module))
@@ -452,12 +478,16 @@ def DistributedOptimizer(optimizer, model, broadcast=True):
     def synchronize(self):
         self._autobyte.synchronize()
 
+    def autobyte_report(self):
+        return self._autobyte.report()
+
     def synced_state_dict(self):
         self._autobyte.synchronize()
         return state_dict()
 
     optimizer.step = types.MethodType(step, optimizer)
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
+    optimizer.autobyte_report = types.MethodType(autobyte_report, optimizer)
     optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)
     optimizer.zero_grad = zero
     return optimizer
