@@ -247,8 +247,8 @@ func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts 
 type launchConfig struct {
 	// scriptTuner and linkRate are a training command's tuner and the
 	// hosts' rate it is told (0: unknown).
-	scriptTuner string
-	linkRate    float64
+	scriptTuner      string
+	linkRate         float64
 	verify, logLevel string
 	peerTimeout      time.Duration
 	shaped           float64
