@@ -58,9 +58,10 @@ func newTuneTrainCmd() *cobra.Command {
 architectures, 4-64 workers, servers, 1-100 Gbps, latencies, compute scales),
 simulates a random subset of the candidate grid (partitions 256 KB-64 MB x
 credits 1 MB-1 GB, log-spaced) plus ByteScheduler's default for each, trains
-the meta-network on every pair of runs of a scenario, evaluates it on scenarios
-of the held-out models over the whole grid, and writes the weights with a
-header of how they were made. Equal flags give equal weights.`,
+the meta-network (an ensemble of --members networks) on every pair of runs of a
+scenario, evaluates it on scenarios of the held-out models over the whole grid,
+and writes the weights with a header of how they were made. Equal flags give
+equal weights. See docs/tuner.md.`,
 		Example: `  autobyte tune train --seed 1 --out tune/weights.json`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
