@@ -20,6 +20,7 @@ class LM(nn.Module):
     def __init__(self, vocab, dim, layers, heads, seq):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
+        nn.init.normal_(self.embed.weight, std=0.02)  # small: the output layer shares it
         self.pos = nn.Parameter(torch.randn(seq, dim) * 0.02)
         self.blocks = nn.ModuleList(
             nn.TransformerEncoderLayer(dim, heads, 4 * dim, dropout=0.0, batch_first=True) for _ in range(layers))
@@ -36,7 +37,7 @@ class LM(nn.Module):
         return self.head(self.norm(h))
 
 
-def profile_model(vocab=8000, dim=256, layers=2, heads=4, seq=64, batch=16):
+def profile_model(vocab=4000, dim=256, layers=2, heads=4, seq=32, batch=8):
     """For python -m autobyte.profile examples/torch_lm.py:profile_model."""
     model = LM(vocab, dim, layers, heads, seq)
     tokens = torch.randint(0, vocab, (batch, seq + 1))
@@ -45,12 +46,12 @@ def profile_model(vocab=8000, dim=256, layers=2, heads=4, seq=64, batch=16):
 
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--vocab", type=int, default=4000)
     p.add_argument("--dim", type=int, default=256)
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=64)
-    p.set_defaults(batch=16)
+    p.add_argument("--seq", type=int, default=32)
+    p.set_defaults(batch=8)
     args = p.parse_args()
     torch_common.check(args)
     for name in ("vocab", "dim", "layers", "heads", "seq"):
