@@ -130,6 +130,33 @@ class SameMath(unittest.TestCase, Compare):
         self.check("adamw", ["--servers", "3"])
 
 
+class TorchrunStyle(unittest.TestCase, Compare):
+    """Without the launcher: the processes get only the torchrun variables
+    and a shared AUTOBYTE_TOKEN, and use ring all-reduce."""
+
+    def test_two_processes(self):
+        import socket
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        args = ["--model", "smooth", "--optimizer", "sgd", "--iterations", "8", "--workers", "2"]
+        want = reference(self, args, os.path.join(_tmp, "tref.pt"))
+        out = os.path.join(_tmp, "trun.pt")
+        procs = []
+        for r in range(2):
+            env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),
+                       AUTOBYTE_TOKEN="torchrun-test", PYTHONPATH=os.path.join(ROOT, "python"))
+            for k in ("AUTOBYTE_SERVERS", "AUTOBYTE_ARCH"):
+                env.pop(k, None)
+            procs.append(subprocess.Popen([PY, WORKER, "--backend", "autobyte", "--out", out] + args, env=env,
+                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+        for p in procs:
+            text, _ = p.communicate(timeout=120)
+            self.assertEqual(p.returncode, 0, text)
+        self.assertSameTraining(torch.load(out), want, "torchrun-style")
+        self.assertRanksEqual(out, 2)
+
+
 class Features(unittest.TestCase, Compare):
     """Shared (tied) parameters, a frozen weight, a branch unused on odd
     steps and BatchNorm train like the exact data-parallel update."""
