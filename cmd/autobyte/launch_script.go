@@ -279,7 +279,7 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 		case <-deadline:
 			stopping = true
 			if failure == nil {
-				failure = fmt.Errorf("launch: parameter servers did not exit 10 s after the last worker (a worker left without saying goodbye?)")
+				failure = fmt.Errorf("launch: parameter servers did not exit 10 s after the last worker: did every worker join the job (autobyte.torch.DistributedOptimizer) and finish it?")
 			}
 			stop(syscall.SIGTERM)
 			deadline = time.After(time.Second)

@@ -188,7 +188,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"launch", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
 		{[]string{"launch", "--model", "toy3", "--tuner", "grid", "--grid-credits", "0B"}, `"0B"`},
 		{[]string{"launch", "--model", "toy3", "--compute-trace", "0:0"}, `"0"`},
-		{[]string{"launch", "--workers", "2", "--tuner", "autobyte", "--", "/bin/true"}, "--tuner"},
+		{[]string{"launch", "--workers", "2", "--tuner", "grid", "--", "/bin/true"}, "--tuner"},
 		{[]string{"launch", "--workers", "2", "--compute-trace", "0:2", "--", "/bin/true"}, "--compute-trace"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--bandwidth", "1Gbps", "--bandwidth-trace", "0:1Gbps,5:2Gbps"}, "0:1Gbps,5:2Gbps"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--tuner", "oracle"}, `"oracle"`},
