@@ -444,7 +444,15 @@ func (s *Session) Post(tensor, iteration int, data []float32) error {
 }
 
 // WaitLayer blocks until every tensor of layer of iteration is summed.
-func (s *Session) WaitLayer(layer, iteration int) error { return s.w.WaitLayer(layer, iteration) }
+func (s *Session) WaitLayer(layer, iteration int) error {
+	if s.tuning == nil {
+		return s.w.WaitLayer(layer, iteration)
+	}
+	from := time.Now()
+	err := s.w.WaitLayer(layer, iteration)
+	s.tuning.Waited(from, time.Now())
+	return err
+}
 
 // Close ends the session: ok says goodbye to every peer (the job ended
 // normally); otherwise connections close with an error the peers report.

@@ -22,7 +22,11 @@ type Tuning struct {
 	mu                     sync.Mutex
 	fwBegin, fwEnd, lastFw time.Time
 	fwIter                 int
-	now                    func() time.Time
+	inForward              bool
+	// waits are the intervals the current forward spent blocked on layer
+	// gates: communication, not compute.
+	waits []struct{ from, to time.Time }
+	now   func() time.Time
 }
 
 // NewTuning returns rank 0's tuning loop for spec; next, if set, sees
@@ -46,8 +50,18 @@ func (t *Tuning) Attach(e *worker.Engine) { t.loop.engine = e }
 func (t *Tuning) ForwardBegin(k int) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.fwBegin, t.fwIter = t.now(), k
+	t.fwBegin, t.fwIter, t.inForward, t.waits = t.now(), k, true, t.waits[:0]
 	return t.loop.err
+}
+
+// Waited reports that the caller was blocked on a layer gate from from to
+// to; during a forward pass that time is not compute.
+func (t *Tuning) Waited(from, to time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.inForward && to.After(from) {
+		t.waits = append(t.waits, struct{ from, to time.Time }{from, to})
+	}
 }
 
 // ForwardEnd: see ForwardBegin.
@@ -58,7 +72,20 @@ func (t *Tuning) ForwardEnd(k int) error {
 		return fmt.Errorf("job: tuning: forward of iteration %d ended, but the forward that began was iteration %d", k, t.fwIter)
 	}
 	now := t.now()
-	t.collector.Compute("FW model", k, t.fwBegin, now)
+	// The forward's compute is its span minus the waits on layer gates.
+	at := t.fwBegin
+	for _, w := range t.waits {
+		if w.from.After(at) {
+			t.collector.Compute("FW model", k, at, w.from)
+		}
+		if w.to.After(at) {
+			at = w.to
+		}
+	}
+	if now.After(at) {
+		t.collector.Compute("FW model", k, at, now)
+	}
+	t.inForward = false
 	if k > 0 && !t.lastFw.IsZero() {
 		t.collector.Iteration(k-1, now.Sub(t.lastFw))
 	}
