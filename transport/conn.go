@@ -243,6 +243,30 @@ func (c *Conn) CloseWithReason(reason string) error {
 	return c.closeErr
 }
 
+// closeLinger bounds how long a connection closed with a reason stays
+// half-open for the peer to read that reason.
+const closeLinger = 200 * time.Millisecond
+
+// linger half-closes the connection after the close frame and waits until
+// the peer has closed its side too (a reader saw it) or closeLinger passed.
+// Closing at once while the peer's frames sit unread in our receive buffer
+// makes the kernel send a reset, and a peer that is writing then sees
+// "connection reset" instead of the reason.
+func (c *Conn) linger() {
+	cw, ok := c.nc.(interface{ CloseWrite() error })
+	if !ok || cw.CloseWrite() != nil {
+		return
+	}
+	for end := time.Now().Add(closeLinger); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		c.mu.Lock()
+		done := c.err != nil
+		c.mu.Unlock()
+		if done {
+			return
+		}
+	}
+}
+
 func (c *Conn) sendLoop() {
 	defer close(c.senderDone)
 	timer := time.NewTimer(c.cfg.HeartbeatInterval)
@@ -266,6 +290,8 @@ func (c *Conn) sendLoop() {
 			err := c.write(Header{Kind: KindClose, Rank: uint32(c.cfg.Rank), Length: uint32(len(reason))}, []byte(reason), false)
 			if err != nil {
 				err = fmt.Errorf("transport: sending close to %s: %w", c.peer, err)
+			} else {
+				c.linger()
 			}
 			c.mu.Lock()
 			c.closeErr = err
