@@ -150,12 +150,7 @@ func ab_report(buf *C.char, n C.int) C.int {
 	if err != nil {
 		return fail(err)
 	}
-	if buf != nil && n > 0 {
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
-		k := copy(dst[:n-1], r)
-		dst[k] = 0
-	}
-	return C.int(len(r))
+	return copyOut(buf, n, r)
 }
 
 // ab_close ends the session: ok != 0 says goodbye to every peer; otherwise
@@ -188,12 +183,18 @@ func ab_last_error(buf *C.char, n C.int) C.int {
 	errMu.Lock()
 	msg := lastErr
 	errMu.Unlock()
+	return copyOut(buf, n, []byte(msg))
+}
+
+// copyOut copies b into the caller's buffer buf of size n, truncated and
+// NUL-terminated, and returns b's full length.
+func copyOut(buf *C.char, n C.int, b []byte) C.int {
 	if buf != nil && n > 0 {
 		dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), int(n))
-		k := copy(dst[:n-1], msg)
+		k := copy(dst[:n-1], b)
 		dst[k] = 0
 	}
-	return C.int(len(msg))
+	return C.int(len(b))
 }
 
 func main() {}
