@@ -288,6 +288,8 @@ class Errors(unittest.TestCase):
                 o.step()
                 s.step()
         o1.synchronize()
+        self.assertEqual(o1.autobyte_report(), {"tuner": "static", "configs": [
+            {"partition_bytes": 32000000, "credit_bytes": 64000000, "from_step": 0}]})
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
 
