@@ -79,7 +79,7 @@ a minute on 2 cores.`,
 			if math.IsNaN(rows[0].measured) {
 				return fmt.Errorf("demo: no iteration was measured")
 			}
-			fmt.Fprintln(out, "\nNext: autobyte launch --help, autobyte sim --help, autobyte sweep, autobyte models")
+			fmt.Fprintln(out, "\nNext: autobyte launch --help, autobyte sim --help, autobyte sweep, autobyte models;\nPyTorch: autobyte launch --workers 3 --servers 3 -- /usr/bin/python3 examples/torch_cnn.py (docs/pytorch.md)")
 			return nil
 		},
 	}
