@@ -141,6 +141,8 @@ _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.b
 
 
 def _check_broadcastable(name, t):
+    if t.device.type != "cpu":
+        raise AutobyteError("autobyte: %s is on device %s; only CPU tensors are supported" % (name, t.device))
     if t.is_sparse:
         raise AutobyteError("autobyte: %s is a sparse tensor; only dense tensors are supported" % name)
     if t.dtype in _EXACT_FLOATS:
@@ -184,6 +186,8 @@ class _Session:
                 if id(p) in seen or not p.requires_grad or id(p) not in in_opt:
                     continue
                 seen.add(id(p))
+                if p.device.type != "cpu":
+                    raise AutobyteError("autobyte: parameter %s is on device %s; the engine reads gradients from CPU memory, so train on the CPU (GPU tensors are not supported yet)" % (names[id(p)], p.device))
                 if p.dtype != torch.float32:
                     raise AutobyteError("autobyte: parameter %s has dtype %s; only float32 parameters can be trained (convert the model with .float())" % (names[id(p)], p.dtype))
                 if p.is_sparse:

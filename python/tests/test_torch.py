@@ -246,6 +246,11 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(AutobyteError, r"parameter 0.weight has dtype torch.float64"):
             ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
 
+    def test_not_on_the_cpu(self):
+        m = torch.nn.Linear(4, 3, device="meta")
+        with self.assertRaisesRegex(AutobyteError, "parameter weight is on device meta"):
+            ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+
     def test_nothing_to_train(self):
         m = self.model()
         for p in m.parameters():
