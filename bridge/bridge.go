@@ -188,21 +188,6 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	return s, nil
 }
 
-// newTuner builds rank 0's tuner.
-func newTuner(st Settings) (tune.Tuner, error) {
-	switch st.Tuner {
-	case "autobyte":
-		return tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: st.Spec.Sched.Admission}, Seed: 1})
-	case "bo":
-		arch := "ps"
-		if st.Spec.Arch == worker.AllReduce {
-			arch = "allreduce"
-		}
-		return tune.NewBO(tune.BOOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1})
-	}
-	return nil, fmt.Errorf("bridge: unknown tuner %q", st.Tuner)
-}
-
 func schedConfig(get getenv, arch worker.Arch) (sched.Config, error) {
 	part, credit := get("AUTOBYTE_PARTITION"), get("AUTOBYTE_CREDIT")
 	switch v := get("AUTOBYTE_SCHEDULER"); v {
@@ -356,9 +341,13 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 		if st.Spec.Sched.PartitionBytes == 0 && st.Spec.Sched.CreditBytes == 0 {
 			return nil, fmt.Errorf("AUTOBYTE_TUNER=%s tunes partition and credit: it needs AUTOBYTE_SCHEDULER=bytescheduler", st.Tuner)
 		}
-		tn, err := newTuner(st)
+		arch := "ps"
+		if st.Spec.Arch == worker.AllReduce {
+			arch = "allreduce"
+		}
+		tn, err := tune.New(st.Tuner, tune.NewOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1})
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("AUTOBYTE_TUNER=%s: %w", st.Tuner, err)
 		}
 		o := job.TuningOptions{Tuner: tn}
 		if st.LinkRateBps > 0 {

@@ -17,7 +17,6 @@ import (
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/observe"
-	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
@@ -284,7 +283,7 @@ type tunerFlags struct {
 
 func (t *tunerFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&t.name, "tuner", "static", "rank 0's tuner: static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best), bo (ByteScheduler's one-shot Bayesian optimisation) or autobyte (the meta-network tuner, which follows changes)")
+	fs.StringVar(&t.name, "tuner", "static", "the leader's (rank 0's) tuner: static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best), bo (ByteScheduler's one-shot Bayesian optimisation) or autobyte (the meta-network tuner, which follows changes)")
 	fs.StringVar(&t.gridParts, "grid-partitions", "1MB,4MB,16MB", "grid tuner: partition sizes")
 	fs.StringVar(&t.gridCredits, "grid-credits", "4MB,16MB,64MB", "grid tuner: credit sizes")
 	fs.IntVar(&t.gridTrial, "grid-trial", 5, "grid tuner: iterations per candidate")
@@ -297,42 +296,24 @@ func (t *tunerFlags) args() []string {
 		"--grid-trial=" + strconv.Itoa(t.gridTrial), "--bo-trial=" + strconv.Itoa(t.boTrial)}
 }
 
-// build returns the tuner for a job started with o (as autobyte sim builds
-// it, so equal flags tune alike in the simulator and at run time).
+// build returns the tuner for a job started with o (tune.New, as autobyte
+// sim builds it, so equal flags tune alike in the simulator and at run time).
 func (t *tunerFlags) build(o sim.Options, seed uint64) (tune.Tuner, error) {
-	switch t.name {
-	case "static":
-		return tune.NewStatic(o.Sched), nil
-	case "grid":
-		parts, err := parseSizes("--grid-partitions", t.gridParts)
-		if err != nil {
+	no := tune.NewOptions{Arch: o.Arch.String(), Base: o.Sched, GridTrial: t.gridTrial, BOTrial: t.boTrial, Seed: seed}
+	if t.name == "grid" {
+		var err error
+		if no.GridPartitions, err = parseSizes("--grid-partitions", t.gridParts); err != nil {
 			return nil, err
 		}
-		creds, err := parseSizes("--grid-credits", t.gridCredits)
-		if err != nil {
+		if no.GridCredits, err = parseSizes("--grid-credits", t.gridCredits); err != nil {
 			return nil, err
 		}
-		base := o.Sched
-		base.Order = sched.OrderPriority
-		g, err := tune.NewGrid(tune.Cross(base, parts, creds), t.gridTrial)
-		if err != nil {
-			return nil, fmt.Errorf("--tuner grid: %w", err)
-		}
-		return g, nil
-	case "bo":
-		bo, err := tune.NewBO(tune.BOOptions{Arch: o.Arch.String(), Base: o.Sched, TrialIterations: t.boTrial, Seed: seed})
-		if err != nil {
-			return nil, fmt.Errorf("--tuner bo: %w", err)
-		}
-		return bo, nil
-	case "autobyte":
-		ab, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Sched.Admission}, Seed: seed})
-		if err != nil {
-			return nil, fmt.Errorf("--tuner autobyte: %w", err)
-		}
-		return ab, nil
 	}
-	return nil, fmt.Errorf("unknown --tuner %q (want static, grid, bo or autobyte)", t.name)
+	tn, err := tune.New(t.name, no)
+	if err != nil {
+		return nil, fmt.Errorf("--tuner: %w", err)
+	}
+	return tn, nil
 }
 
 // computeScaleAt is worker rank's compute multiplier by iteration: the

@@ -11,18 +11,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
-	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
 
 func newSimCmd() *cobra.Command {
 	var f scenarioFlags
-	var traceFile, tuner, gridParts, gridCredits string
-	var gridTrial, boTrial int
+	var traceFile string
+	var tf tunerFlags
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "sim",
@@ -39,38 +37,12 @@ iteration time next to lower bounds for the same job.`,
 			if err != nil {
 				return err
 			}
-			switch tuner {
-			case "static":
-			case "grid":
-				parts, err := parseSizes("--grid-partitions", gridParts)
-				if err != nil {
-					return err
-				}
-				creds, err := parseSizes("--grid-credits", gridCredits)
-				if err != nil {
-					return err
-				}
-				base := o.Sched
-				base.Order = sched.OrderPriority
-				g, err := tune.NewGrid(tune.Cross(base, parts, creds), gridTrial)
-				if err != nil {
-					return fmt.Errorf("--tuner grid: %w", err)
-				}
-				o.Tuner = g
-			case "bo":
-				bo, err := tune.NewBO(tune.BOOptions{Arch: o.Arch.String(), Base: o.Sched, TrialIterations: boTrial, Seed: f.seed})
-				if err != nil {
-					return fmt.Errorf("--tuner bo: %w", err)
-				}
-				o.Tuner = bo
-			case "autobyte":
-				ab, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Sched.Admission}, Seed: f.seed})
-				if err != nil {
-					return fmt.Errorf("--tuner autobyte: %w", err)
-				}
-				o.Tuner = ab
-			default:
-				return fmt.Errorf("unknown --tuner %q (want static, grid, bo or autobyte)", tuner)
+			tn, err := tf.build(o, f.seed)
+			if err != nil {
+				return err
+			}
+			if tf.name != "static" {
+				o.Tuner = tn // static runs without a tuner: the configuration stays as given
 			}
 			var tf *os.File
 			if traceFile != "" {
@@ -104,11 +76,7 @@ iteration time next to lower bounds for the same job.`,
 	f.register(cmd)
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
-	cmd.Flags().StringVar(&tuner, "tuner", "static", "static (the configuration given), grid (try every partition × credit of the grid for --grid-trial iterations, then keep the best) bo (ByteScheduler's one-shot Bayesian optimisation: 15 trials, then frozen) or autobyte (the meta-network tuner, which follows changes)")
-	cmd.Flags().StringVar(&gridParts, "grid-partitions", "1MB,4MB,16MB", "grid tuner: partition sizes")
-	cmd.Flags().StringVar(&gridCredits, "grid-credits", "4MB,16MB,64MB", "grid tuner: credit sizes")
-	cmd.Flags().IntVar(&gridTrial, "grid-trial", 5, "grid tuner: iterations per candidate")
-	cmd.Flags().IntVar(&boTrial, "bo-trial", 100, "bo tuner: iterations per trial (ByteScheduler: about 100; 15 trials, then frozen)")
+	tf.register(cmd)
 	return cmd
 }
 
