@@ -22,11 +22,8 @@ import (
 )
 
 // ConfigChange is a scheduling configuration in force from FromIteration
-// (until the next change), as rank 0 applied it.
-type ConfigChange struct {
-	FromIteration int          `json:"from_iteration"`
-	Config        sched.Config `json:"config"`
-}
+// (until the next change).
+type ConfigChange = tune.ConfigChange
 
 // StatsContext is the part of tune.Stats that is constant over a run: the
 // job's model and cluster.
@@ -338,16 +335,7 @@ func newTuneLoop(o TuningOptions, spec Spec) *tuneLoop {
 }
 
 // configAt is the configuration in force for iteration k's tasks.
-func (l *tuneLoop) configAt(k int) sched.Config {
-	c := l.configs[0].Config
-	for _, ch := range l.configs[1:] {
-		if ch.FromIteration > k {
-			break
-		}
-		c = ch.Config
-	}
-	return c
-}
+func (l *tuneLoop) configAt(k int) sched.Config { return tune.ConfigAt(l.configs, k) }
 
 // observe completes rank 0's measurement of iteration k and consults the
 // tuner; it runs on the replay's goroutine between forward k+1 and

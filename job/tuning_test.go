@@ -230,7 +230,7 @@ func TestTunedExactness(t *testing.T) {
 	const iterations = 8
 	// The third proposal, made after iteration 3 for iteration 1, applies
 	// from the earliest legal iteration, 4.
-	want := []ConfigChange{{0, base}, {2, c1}, {3, c2}, {4, c3}, {7, c4}}
+	want := []ConfigChange{{FromIteration: 0, Config: base}, {FromIteration: 2, Config: c1}, {FromIteration: 3, Config: c2}, {FromIteration: 4, Config: c3}, {FromIteration: 7, Config: c4}}
 	rate := func(k int) float64 {
 		if k < 4 {
 			return 1e9

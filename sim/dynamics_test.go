@@ -353,7 +353,7 @@ func TestReconfigure(t *testing.T) {
 			if !slices.Equal(tu.seen, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}) {
 				t.Errorf("%v: tuner saw iterations %v", tp, tu.seen)
 			}
-			want := []ConfigChange{{0, initial}, {3, a}, {7, b}}
+			want := []ConfigChange{{FromIteration: 0, Config: initial}, {FromIteration: 3, Config: a}, {FromIteration: 7, Config: b}}
 			if !slices.Equal(r.Configs, want) {
 				t.Errorf("%v: configs %+v, want %+v", tp, r.Configs, want)
 			}
@@ -522,9 +522,9 @@ func TestGridTuner(t *testing.T) {
 	if !ok {
 		t.Fatalf("grid chose nothing in %d iterations: %+v", o.Iterations, g.Trials())
 	}
-	want := []ConfigChange{{0, sched.Config{}}, {2, cands[0]}, {5, cands[1]}, {8, cands[2]}}
+	want := []ConfigChange{{FromIteration: 0, Config: sched.Config{}}, {FromIteration: 2, Config: cands[0]}, {FromIteration: 5, Config: cands[1]}, {FromIteration: 8, Config: cands[2]}}
 	if best != cands[2] {
-		want = append(want, ConfigChange{12, best})
+		want = append(want, ConfigChange{FromIteration: 12, Config: best})
 	}
 	if !slices.Equal(r.Configs, want) {
 		t.Errorf("configs %+v, want %+v", r.Configs, want)

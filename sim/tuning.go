@@ -24,10 +24,7 @@ import (
 
 // ConfigChange is a scheduling configuration in force from FromIteration
 // (until the next change).
-type ConfigChange struct {
-	FromIteration int          `json:"from_iteration"`
-	Config        sched.Config `json:"config"`
-}
+type ConfigChange = tune.ConfigChange
 
 // flight integrates a scheduling core's bytes in flight over time.
 type flight struct {
@@ -199,16 +196,7 @@ func (s *simulation) reconfigure(p tune.Proposal, k int) {
 }
 
 // configAt is the configuration in force for iteration k's tasks.
-func (s *simulation) configAt(k int) sched.Config {
-	c := s.configs[0].Config
-	for _, ch := range s.configs[1:] {
-		if ch.FromIteration > k {
-			break
-		}
-		c = ch.Config
-	}
-	return c
-}
+func (s *simulation) configAt(k int) sched.Config { return tune.ConfigAt(s.configs, k) }
 
 // BestStatic runs o once per candidate configuration, each fixed for the
 // whole run (o.Tuner and o.Trace are ignored), and returns the index of the

@@ -83,6 +83,26 @@ type Proposal struct {
 	FromIteration int
 }
 
+// ConfigChange is a scheduling configuration in force from FromIteration
+// (until the next change): the history a run reports.
+type ConfigChange struct {
+	FromIteration int          `json:"from_iteration"`
+	Config        sched.Config `json:"config"`
+}
+
+// ConfigAt is the configuration in force for iteration k's tasks, given a
+// history that starts at iteration 0 and is ordered by FromIteration.
+func ConfigAt(history []ConfigChange, k int) sched.Config {
+	c := history[0].Config
+	for _, ch := range history[1:] {
+		if ch.FromIteration > k {
+			break
+		}
+		c = ch.Config
+	}
+	return c
+}
+
 // Tuner sees each iteration's statistics, in iteration order, and may
 // propose a configuration for a future iteration. Successive proposals must
 // apply from strictly increasing iterations. A Tuner is not safe for
