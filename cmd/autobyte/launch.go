@@ -557,9 +557,7 @@ func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchRes
 			continue
 		}
 		rep.Tuner, rep.TunerEvents, rep.Stats = w.Tuner, w.TunerEvents, w.Stats
-		for _, c := range w.Configs {
-			changes = append(changes, sim.ConfigChange{FromIteration: c.FromIteration, Config: c.Config})
-		}
+		changes = append(changes, w.Configs...)
 	}
 	if len(changes) == 0 {
 		changes = []sim.ConfigChange{{Config: o.Sched}}
