@@ -147,22 +147,29 @@ func TestDigestMismatch(t *testing.T) {
 	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1}
 	other := spec
 	other.Iterations = 2
+	if msgs := mismatchErrors(t, spec, other, spec); !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
+		t.Fatalf("errors %q should report the configuration mismatch", msgs)
+	}
+}
+
+// mismatchErrors runs server 0 with server, worker 1 with w1 and worker 0
+// with w0 (one server, two workers) and returns the errors they end with.
+func mismatchErrors(t *testing.T, server, w1, w0 Spec) []string {
+	t.Helper()
 	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "tok", PeerTimeout: 3 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	errs := make(chan error, 3)
-	go func() { _, err := RunServer(ctx, spec, 0, n); errs <- err }()
-	go func() { _, err := RunWorker(ctx, other, WorkerOptions{Rank: 1}, n); errs <- err }()
-	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 0}, n); errs <- err }()
+	go func() { _, err := RunServer(ctx, server, 0, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, w1, WorkerOptions{Rank: 1}, n); errs <- err }()
+	go func() { _, err := RunWorker(ctx, w0, WorkerOptions{Rank: 0}, n); errs <- err }()
 	var msgs []string
 	for range 3 {
 		if err := <-errs; err != nil {
 			msgs = append(msgs, err.Error())
 		}
 	}
-	if !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
-		t.Fatalf("errors %q should report the configuration mismatch", msgs)
-	}
+	return msgs
 }
 
 // TestWrongToken: a worker with another token never joins; the job fails
@@ -238,17 +245,7 @@ func TestModelAgnosticServer(t *testing.T) {
 
 	wrong := bare
 	wrong.Workers = 3
-	n.Master = freeAddr(t)
-	go func() { _, err := RunServer(ctx, wrong, 0, n); errs <- err }()
-	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 1}, n); errs <- err }()
-	go func() { _, err := RunWorker(ctx, spec, WorkerOptions{Rank: 0}, n); errs <- err }()
-	var msgs []string
-	for range 3 {
-		if err := <-errs; err != nil {
-			msgs = append(msgs, err.Error())
-		}
-	}
-	if !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
+	if msgs := mismatchErrors(t, wrong, spec, spec); !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
 		t.Fatalf("errors %q should report the server's configuration mismatch", msgs)
 	}
 	if err := (Spec{Arch: worker.AllReduce, Workers: 2}).ValidateServer(); err == nil || !strings.Contains(err.Error(), "arch") {
