@@ -44,6 +44,12 @@ func freeAddr(t *testing.T) string {
 // returns the workers' summaries (or the first error).
 func runCluster(t *testing.T, spec Spec, verify worker.Verify) ([]*Summary, error) {
 	t.Helper()
+	return runClusterWith(t, spec, func(r int) WorkerOptions { return WorkerOptions{Rank: r, Verify: verify} })
+}
+
+// runClusterWith is runCluster with worker r run with options(r).
+func runClusterWith(t *testing.T, spec Spec, options func(r int) WorkerOptions) ([]*Summary, error) {
+	t.Helper()
 	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "test-token", PeerTimeout: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -71,7 +77,7 @@ func runCluster(t *testing.T, spec Spec, verify worker.Verify) ([]*Summary, erro
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			s, err := RunWorker(ctx, spec, WorkerOptions{Rank: r, Verify: verify}, n)
+			s, err := RunWorker(ctx, spec, options(r), n)
 			sums[r] = s
 			record(err)
 		}()

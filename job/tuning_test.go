@@ -1,7 +1,6 @@
 package job
 
 import (
-	"context"
 	"fmt"
 	"math"
 	"strings"
@@ -168,44 +167,13 @@ func (s *scripted) Observe(st tune.Stats) (tune.Proposal, bool) {
 // runTunedCluster is runCluster with rank 0 tuned by tuning.
 func runTunedCluster(t *testing.T, spec Spec, tuning TuningOptions) ([]*Summary, error) {
 	t.Helper()
-	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "test-token", PeerTimeout: 5 * time.Second}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	sums := make([]*Summary, spec.Workers)
-	record := func(err error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if err != nil && firstErr == nil {
-			firstErr = err
-			cancel()
+	return runClusterWith(t, spec, func(r int) WorkerOptions {
+		o := WorkerOptions{Rank: r, Verify: worker.VerifyFull}
+		if r == 0 {
+			o.Tuning = tuning
 		}
-	}
-	for m := 0; m < spec.Servers; m++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, err := RunServer(ctx, spec, m, n)
-			record(err)
-		}()
-	}
-	for r := 0; r < spec.Workers; r++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := WorkerOptions{Rank: r, Verify: worker.VerifyFull}
-			if r == 0 {
-				o.Tuning = tuning
-			}
-			s, err := RunWorker(ctx, spec, o, n)
-			sums[r] = s
-			record(err)
-		}()
-	}
-	wg.Wait()
-	return sums, firstErr
+		return o
+	})
 }
 
 // TestTunedExactness runs whole clusters whose configuration a scripted
