@@ -105,14 +105,12 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		}
 		return n, nil
 	}
-	var err error
-	if s.Rank, err = atoi("RANK", 0); err != nil {
-		return s, err
-	}
-	world, err := atoi("WORLD_SIZE", 1)
+	env0, err := cluster.FromLookup(cluster.Env{WorldSize: 1}, get)
 	if err != nil {
 		return s, err
 	}
+	s.Rank = env0.Rank
+	world := env0.WorldSize
 	if world < 1 || s.Rank >= world {
 		return s, fmt.Errorf("RANK=%d is out of range for WORLD_SIZE=%d", s.Rank, world)
 	}
@@ -168,7 +166,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	if err := s.Spec.Validate(); err != nil {
 		return s, err
 	}
-	if s.Net, err = netOf(get, s.Rank, world); err != nil {
+	if s.Net, err = netOf(get, env0); err != nil {
 		return s, err
 	}
 	switch v := get("AUTOBYTE_TUNER"); v {
@@ -255,29 +253,28 @@ func profileOf(ts []Tensor) (*model.Profile, error) {
 	return p, p.Validate()
 }
 
-func netOf(get getenv, rank, world int) (job.Net, error) {
+func netOf(get getenv, env cluster.Env) (job.Net, error) {
 	var n job.Net
-	addr, port := get("MASTER_ADDR"), get("MASTER_PORT")
+	addr, port, world := env.MasterAddr, env.MasterPort, env.WorldSize
 	switch {
 	case addr == "" && world == 1:
 		addr = "127.0.0.1"
 	case addr == "":
 		return n, fmt.Errorf("MASTER_ADDR is not set (rank 0's address; %d workers need a rendezvous)", world)
 	}
-	if port == "" {
-		if world > 1 {
-			return n, fmt.Errorf("MASTER_PORT is not set (the port rank 0 listens on for the rendezvous)")
-		}
+	switch {
+	case get("MASTER_PORT") == "" && world > 1:
+		return n, fmt.Errorf("MASTER_PORT is not set (the port rank 0 listens on for the rendezvous)")
+	case get("MASTER_PORT") == "":
 		p, err := cluster.FreePort()
 		if err != nil {
 			return n, err
 		}
-		port = strconv.Itoa(p)
+		port = p
+	case port < 1 || port > 65535:
+		return n, fmt.Errorf("MASTER_PORT=%q is not a port number", get("MASTER_PORT"))
 	}
-	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-		return n, fmt.Errorf("MASTER_PORT=%q is not a port number", port)
-	}
-	n.Master = net.JoinHostPort(addr, port)
+	n.Master = net.JoinHostPort(addr, strconv.Itoa(port))
 	n.Token = get("AUTOBYTE_TOKEN")
 	if n.Token == "" {
 		if world > 1 {
@@ -307,7 +304,7 @@ func netOf(get getenv, rank, world int) (job.Net, error) {
 	} else if err := level.UnmarshalText([]byte(v)); err != nil {
 		return n, fmt.Errorf("AUTOBYTE_LOG_LEVEL=%q: want debug, info, warn or error", v)
 	}
-	n.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("rank", rank)
+	n.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).With("rank", env.Rank)
 	return n, nil
 }
 

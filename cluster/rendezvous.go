@@ -46,16 +46,20 @@ type Env struct {
 
 // FromEnv reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE; a missing
 // variable leaves its field as in def. Errors name the variable and value.
-func FromEnv(def Env) (Env, error) {
+func FromEnv(def Env) (Env, error) { return FromLookup(def, os.Getenv) }
+
+// FromLookup is FromEnv with the variables looked up by get (e.g. a
+// binding's overrides before the environment).
+func FromLookup(def Env, get func(string) string) (Env, error) {
 	e := def
-	if v := os.Getenv("MASTER_ADDR"); v != "" {
+	if v := get("MASTER_ADDR"); v != "" {
 		e.MasterAddr = v
 	}
 	for _, x := range []struct {
 		name string
 		dst  *int
 	}{{"MASTER_PORT", &e.MasterPort}, {"RANK", &e.Rank}, {"WORLD_SIZE", &e.WorldSize}} {
-		if v := os.Getenv(x.name); v != "" {
+		if v := get(x.name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return e, fmt.Errorf("environment %s=%q is not a non-negative integer", x.name, v)
