@@ -457,8 +457,8 @@ def DistributedOptimizer(optimizer, model, broadcast=True):
     """Makes optimizer data-parallel over the job's workers and returns it.
 
     The same object is returned (so learning-rate schedulers keep working),
-    with step(), zero_grad(), state_dict() and a new synchronize() bound to
-    the engine. Rank 0's parameters and buffers are broadcast first (unless
+    with step() and state_dict() bound to the engine and two methods added:
+    synchronize() and autobyte_report(); zero_grad() is the optimizer's own. Rank 0's parameters and buffers are broadcast first (unless
     broadcast=False). Supported: torch.optim.SGD, Adam and AdamW."""
     if type(optimizer) not in SUPPORTED_OPTIMIZERS:
         raise AutobyteError("autobyte: %s is not supported; use torch.optim.SGD, Adam or AdamW (each parameter's update is applied on its own as soon as its gradient is synchronised)" % type(optimizer).__name__)
@@ -471,7 +471,6 @@ def DistributedOptimizer(optimizer, model, broadcast=True):
     s = _Session(optimizer, model, broadcast)
     _sessions.append(weakref.ref(s))
     optimizer._autobyte = s
-    zero = optimizer.zero_grad
     state_dict = optimizer.state_dict
 
     # Bound to the optimizer itself (not the session): learning-rate
@@ -493,5 +492,4 @@ def DistributedOptimizer(optimizer, model, broadcast=True):
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
     optimizer.autobyte_report = types.MethodType(autobyte_report, optimizer)
     optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)
-    optimizer.zero_grad = zero
     return optimizer
