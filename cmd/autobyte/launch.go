@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -79,12 +78,8 @@ the failed process's error.`,
 			if len(o.BandwidthTrace) > 0 && bedName == "" {
 				return fmt.Errorf("--bandwidth-trace %s needs --testbed NAME: the launcher changes each host's tc rate as rank 0 reaches each step; in-process shaping cannot follow a trace (parameter servers do not know the iteration)", f.bandwidthTrace)
 			}
-			var level slog.Level
-			if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-				return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
-			}
-			if peerTimeout <= 0 {
-				return fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
+			if _, err := processFlags(logLevel, peerTimeout); err != nil {
+				return err
 			}
 			ctx, stop := signalContext()
 			defer stop()
@@ -184,12 +179,8 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	if err != nil {
 		return err
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
-	}
-	if peerTimeout <= 0 {
-		return fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
+	if _, err := processFlags(logLevel, peerTimeout); err != nil {
+		return err
 	}
 	tuner, _ := cmd.Flags().GetString("tuner")
 	switch tuner {

@@ -61,12 +61,9 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	if token == "" {
 		return out, fmt.Errorf("no cluster token: pass --token or set AUTOBYTE_TOKEN (every process of a job needs the same one)")
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(n.logLevel)); err != nil {
-		return out, fmt.Errorf("--log-level %q: want debug, info, warn or error", n.logLevel)
-	}
-	if n.peerTimeout <= 0 {
-		return out, fmt.Errorf("--peer-timeout must be > 0, got %v", n.peerTimeout)
+	level, err := processFlags(n.logLevel, n.peerTimeout)
+	if err != nil {
+		return out, err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if !n.shape {
@@ -77,6 +74,19 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 		return out, err
 	}
 	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log, TLS: tc}, nil
+}
+
+// processFlags checks the flags every process of a job takes (and launch
+// passes on): --log-level and --peer-timeout.
+func processFlags(logLevel string, peerTimeout time.Duration) (slog.Level, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(logLevel)); err != nil {
+		return level, fmt.Errorf("--log-level %q: want debug, info, warn or error", logLevel)
+	}
+	if peerTimeout <= 0 {
+		return level, fmt.Errorf("--peer-timeout must be > 0, got %v", peerTimeout)
+	}
+	return level, nil
 }
 
 // spec builds the job spec from the scenario flags.
