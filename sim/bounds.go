@@ -8,7 +8,9 @@ import (
 
 // Bounds are lower bounds on the steady-state iteration time of a job
 // (REFERENCE.md §5), in seconds. Each holds for any scheduling of the job's
-// communication on the simulator's network model.
+// communication on the simulator's network model. They ignore
+// Options.MessageCostS, which only adds to every message's time, so they
+// hold with it too (less tightly).
 type Bounds struct {
 	// ComputeS is forward plus backward compute.
 	ComputeS float64 `json:"compute_s"`

@@ -18,6 +18,13 @@
 // as one shared pipeline: 2(N-1)/N of the piece crosses each link at the
 // slowest worker's bandwidth, and the piece completes 2(N-1) latencies after
 // its last byte entered the ring.
+//
+// Per-message cost. With Options.MessageCostS = c > 0 every message also
+// occupies its sender's egress for c before its first byte leaves (a fixed
+// processing time per message, like a header time), so it reaches the
+// receiver c later and holds back the messages queued behind it. A ring
+// piece takes 2(N-1) steps of one message per worker each, so it occupies
+// the ring for 2(N-1)·c more. The lower bounds ignore c (they stay bounds).
 package sim
 
 import (
@@ -75,6 +82,10 @@ type Options struct {
 	BandwidthBps float64
 	// LatencyS is the one-way latency of one message between two hosts.
 	LatencyS float64
+	// MessageCostS is a fixed processing time per message, in seconds (0:
+	// none): every push, pull and ring step occupies its sender's egress
+	// for MessageCostS before its bytes (see sendNext and ringNext).
+	MessageCostS float64
 	// Sched is the scheduling configuration of every worker (PS) or of the
 	// leader (all-reduce).
 	Sched sched.Config
@@ -176,6 +187,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: bandwidth must be a positive rate, got %v B/s", o.BandwidthBps)
 	case !(o.LatencyS >= 0) || math.IsInf(o.LatencyS, 0):
 		return fmt.Errorf("sim: latency must be >= 0 s, got %v", o.LatencyS)
+	case !(o.MessageCostS >= 0) || math.IsInf(o.MessageCostS, 0):
+		return fmt.Errorf("sim: message cost must be >= 0 s, got %v", o.MessageCostS)
 	case o.Iterations < 1:
 		return fmt.Errorf("sim: iterations must be >= 1, got %d", o.Iterations)
 	case o.ShardBytes < 0:
@@ -613,6 +626,20 @@ func (s *simulation) send(m message) {
 
 // sendNext starts the next queued message on host src's egress and books
 // its passage through the receiver's ingress.
+//
+// The message's fixed cost (MessageCostS) is charged to the sender's egress
+// only, before its bytes: the egress is busy for cost + bytes/bandwidth and
+// the first byte reaches the receiver cost + latency after the start. The
+// runtime's cost per message is CPU time (framing, system calls, the core's
+// bookkeeping, a server's answer) that is measured per message per host
+// (scripts/message-cost.sh), and in parameter-server mode every host sends
+// as many messages as it receives (a worker: one push out and one answer in
+// per piece; a server: one push in and one answer out per worker), so one
+// charge per message sent counts each host's send and receive work once.
+// Charging the ingress as well would count it twice; charging it on the
+// duplex link's other direction would let a host's send and receive work
+// overlap, which one CPU does not. The egress is also where the cost delays
+// the next message, as a busy sender does.
 func (s *simulation) sendNext(src int32) {
 	h := &s.hosts[src]
 	if h.busy || h.qhead == len(h.queue) {
@@ -626,9 +653,10 @@ func (s *simulation) sendNext(src int32) {
 	m := &s.msgs[id]
 	d := &s.hosts[m.dst]
 	bw := s.o.BandwidthAt(m.piece.Iteration)
-	egressEnd := s.now + float64(m.bytes)/bw
+	start := s.now + s.o.MessageCostS // the first byte leaves (s.now when 0)
+	egressEnd := start + float64(m.bytes)/bw
 	lat := h.lat + d.lat
-	inStart := max(s.now+lat, d.ingressFree)
+	inStart := max(start+lat, d.ingressFree)
 	inEnd := max(inStart+float64(m.bytes)/bw, egressEnd+lat)
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
@@ -722,7 +750,10 @@ func (s *simulation) ringNext() {
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
 	s.iters[p.Iteration].sent += share * n
-	occupy := share / s.o.BandwidthAt(p.Iteration)
+	// Each of the piece's 2(N-1) ring steps is one message per worker, each
+	// charged MessageCostS on its sender, all workers at once: the ring is
+	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
+	occupy := share/s.o.BandwidthAt(p.Iteration) + 2*(n-1)*s.o.MessageCostS
 	done := s.now + occupy + 2*(n-1)*s.o.LatencyS
 	var slot int32
 	if k := len(s.ringFree); k > 0 {
