@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"os/exec"
@@ -70,6 +71,35 @@ func TestToy3Contract(t *testing.T) {
 	}
 	if fifo["partition_bytes"].(float64) != 0 {
 		t.Errorf("fifo partition_bytes = %v, want 0 (no partitioning)", fifo["partition_bytes"])
+	}
+}
+
+// TestMessageCostFlag: --message-cost adds its fixed time to every message.
+// On the unscheduled toy example (fifo, one piece per layer) the last
+// answer comes back after the worker's three pushes and the server's three
+// answers, but push 2 and answer 2 overlap push 1: four of the six costs
+// are on the critical path, so an iteration takes 13 + 4c seconds. 0 is
+// the run without the flag, bit for bit; bad values name the flag.
+func TestMessageCostFlag(t *testing.T) {
+	base := []string{"--model", "toy3", "--workers", "1", "--servers", "1", "--bandwidth", "1MB/s", "--latency", "0", "--scheduler", "fifo"}
+	without := simJSON(t, base...)
+	zero := simJSON(t, append(base, "--message-cost", "0")...)
+	if fmt.Sprint(zero["iteration_times_s"]) != fmt.Sprint(without["iteration_times_s"]) {
+		t.Errorf("--message-cost 0 changed the run: %v vs %v", zero["iteration_times_s"], without["iteration_times_s"])
+	}
+	if _, ok := without["message_cost_s"]; ok {
+		t.Errorf("sim --json reports message_cost_s without --message-cost: %v", without["message_cost_s"])
+	}
+	cost := simJSON(t, append(base, "--message-cost", "250ms")...)
+	if got := cost["iteration_time_s"].(float64); math.Abs(got-14) > 1e-9 {
+		t.Errorf("fifo with --message-cost 250ms: iteration_time_s = %v, want 13 + 4 x 0.25 = 14", got)
+	}
+	if got := cost["message_cost_s"]; got != 0.25 {
+		t.Errorf("message_cost_s = %v, want 0.25", got)
+	}
+	out, err := run(t, append([]string{"sim"}, append(base, "--message-cost", "20us")...)...)
+	if err != nil || !strings.Contains(out, "20 µs per message") {
+		t.Errorf("sim --message-cost 20us printed %q (error %v), want the cost on the cluster line", out, err)
 	}
 }
 
@@ -157,6 +187,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--credit", "-4MB"}, `"-4MB"`},
 		{[]string{"sim", "--model", "toy3", "--partition", "4XB"}, `"XB"`},
 		{[]string{"sim", "--model", "toy3", "--latency", "-5us"}, `"-5us"`},
+		{[]string{"sim", "--model", "toy3", "--message-cost", "-5us"}, `--message-cost: duration "-5us"`},
+		{[]string{"sim", "--model", "toy3", "--message-cost", "15"}, `--message-cost: duration "15"`},
+		{[]string{"sim", "--model", "toy3", "--message-cost", "NaN"}, `--message-cost: duration "NaN"`},
 		{[]string{"sim", "--model", "toy3", "--workers", "0"}, "got 0"},
 		{[]string{"sim", "--model", "toy3", "--workers", "-3"}, "got -3"},
 		{[]string{"sim", "--model", "toy3", "--workers", "abc"}, `"abc"`},

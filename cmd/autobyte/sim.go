@@ -22,20 +22,28 @@ func newSimCmd() *cobra.Command {
 	var traceFile string
 	var tf tunerFlags
 	var asJSON bool
+	var messageCost string
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Simulate a training job's iterations on a virtual clock",
 		Long: `sim replays a model's compute on every worker and schedules its gradient
 communication with the scheduling core over a simulated network of duplex host
 links, with parameter servers or ring all-reduce. It reports the steady-state
-iteration time next to lower bounds for the same job.`,
+iteration time next to lower bounds for the same job. --message-cost adds a
+fixed processing time to every message (push, pull, ring step), charged to
+its sender's link before its bytes (measure yours with
+scripts/message-cost.sh).`,
 		Example: `  autobyte sim --model vgg16 --arch ps --workers 8 --bandwidth 10Gbps --scheduler bytescheduler
-  autobyte sim --model toy3 --workers 1 --servers 1 --bandwidth 1MB/s --latency 0 --scheduler fifo --json`,
+  autobyte sim --model toy3 --workers 1 --servers 1 --bandwidth 1MB/s --latency 0 --scheduler fifo --json
+  autobyte sim --model resnet50 --workers 8 --bandwidth 100Gbps --partition 256KB --message-cost 15us`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, err := f.options(cmd)
 			if err != nil {
 				return err
+			}
+			if o.MessageCostS, err = units.ParseDuration(messageCost); err != nil {
+				return fmt.Errorf("--message-cost: %w", err)
 			}
 			tn, err := tf.build(o, f.seed)
 			if err != nil {
@@ -76,6 +84,7 @@ iteration time next to lower bounds for the same job.`,
 	f.register(cmd)
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	cmd.Flags().StringVar(&messageCost, "message-cost", "0", "fixed processing time per message (push, pull, ring step) on its sender's link, e.g. 15us (0 = none)")
 	tf.register(cmd)
 	return cmd
 }
@@ -89,6 +98,7 @@ type simReport struct {
 	Servers          int        `json:"servers"`
 	BandwidthBps     float64    `json:"bandwidth_bytes_per_s"`
 	LatencyS         float64    `json:"latency_s"`
+	MessageCostS     float64    `json:"message_cost_s,omitempty"`
 	ComputeScale     float64    `json:"compute_scale"`
 	Scheduler        string     `json:"scheduler"`
 	Admission        string     `json:"admission"`
@@ -146,7 +156,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 	}
 	return simReport{
 		Model: name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
-		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, ComputeScale: f.computeScale,
+		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, ComputeScale: f.computeScale,
 		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
 		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
 		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
@@ -198,7 +208,11 @@ func (r simReport) writeText(w io.Writer) error {
 	if r.Arch == "ps" {
 		cluster += fmt.Sprintf(", %d servers", r.Servers)
 	}
-	fmt.Fprintf(tw, "cluster\t%s, %s per link, %s latency\n", cluster, units.FormatRate(r.BandwidthBps), units.FormatSeconds(r.LatencyS))
+	cost := ""
+	if r.MessageCostS > 0 {
+		cost = fmt.Sprintf(", %s per message", units.FormatSeconds(r.MessageCostS))
+	}
+	fmt.Fprintf(tw, "cluster\t%s, %s per link, %s latency%s\n", cluster, units.FormatRate(r.BandwidthBps), units.FormatSeconds(r.LatencyS), cost)
 	fmt.Fprintf(tw, "scheduler\t%s (partition %s, credit %s, admission %s)\n", r.Scheduler, sz(r.PartitionBytes), sz(r.CreditBytes), r.Admission)
 	fmt.Fprintf(tw, "iteration\t%s steady state (%d iterations), %.1f samples/s\n", units.FormatSeconds(r.IterationTimeS), r.Iterations, r.SamplesPerS)
 	fmt.Fprintf(tw, "lower bound\t%s (achieved/bound %.3f): compute %s, worker link %s, server link %s, first layer %s, fluid %s\n",
