@@ -351,6 +351,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 			rate := st.LinkRateBps
 			o.BandwidthAt = func(int) float64 { return rate }
 		}
+		logTuner(st.Net.Logger, tn, &o)
 		tuning = job.NewTuning(st.Spec, o, nil)
 		co.Observer = tuning.Observer()
 	}
@@ -362,6 +363,34 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 		tuning.Attach(w.Engine)
 	}
 	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning}, nil
+}
+
+// logTuner logs what rank 0's tuner does: at info level each configuration
+// change and each autobyte tuner event, at debug level every iteration's
+// statistics (so a run that tunes badly can be replayed offline).
+func logTuner(log *slog.Logger, tn tune.Tuner, o *job.TuningOptions) {
+	if log == nil {
+		return
+	}
+	ab, _ := tn.(*tune.AutoByte)
+	seen := 0
+	o.OnStats = func(st tune.Stats) {
+		log.Debug("tuner statistics", "iteration", st.Iteration, "iteration_time_s", st.IterationTimeS,
+			"forward_s", st.ForwardS, "backward_s", st.BackwardS, "bandwidth_bps", st.BandwidthBps,
+			"goodput_bps", st.GoodputBps, "partition", st.Config.PartitionBytes, "credit", st.Config.CreditBytes)
+		if ab == nil {
+			return
+		}
+		evs := ab.Events()
+		for _, e := range evs[min(seen, len(evs)):] {
+			log.Info("tuner: " + e.String())
+		}
+		seen = len(evs)
+	}
+	o.OnChange = func(c job.ConfigChange) {
+		log.Info("tuner: configuration change", "from_iteration", c.FromIteration,
+			"partition", units.FormatBytes(c.Config.PartitionBytes), "credit", units.FormatBytes(c.Config.CreditBytes))
+	}
 }
 
 // Tuning says whether this session tunes itself (rank 0 with a tuner): the

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/units"
 )
 
 // AutoByteOptions configure the meta-network tuner. Zero fields take the
@@ -27,8 +28,21 @@ type AutoByteOptions struct {
 	// configuration's effects.
 	Warmup int
 	// Measure is how many iterations are averaged before a decision and to
-	// judge a trial (default 3).
-	Measure int
+	// judge a trial (default 3). On a noisy host the tuner averages more,
+	// up to MaxMeasure (default 8): as many as it takes for a Margin
+	// difference to stand NoiseZ standard errors above the measured
+	// iteration-to-iteration noise. A candidate clearly slower than the
+	// best measured so far is judged after Measure iterations anyway.
+	Measure    int
+	MaxMeasure int
+	// NoiseZ is how many standard errors of the measured noise a measured
+	// gain must exceed before the tuner believes it (default 2): a trial
+	// or a verified candidate replaces the configuration in force only if
+	// it is faster by that much, and a periodic search tries a candidate
+	// only if its predicted gain is at least that large. The noise is the
+	// change detector's estimate of the iteration time's; a noiseless run
+	// (the simulator) has none, and the rules reduce to the plain ones.
+	NoiseZ float64
 	// Every is how many iterations pass between searches while nothing
 	// changes (default 10). A detected change searches at once.
 	Every int
@@ -83,6 +97,21 @@ type AutoByteEvent struct {
 	MeasuredS, PreviousS float64
 	// Detail names the changed channel (change).
 	Detail string
+}
+
+// String describes the event in one line, for logs: "after iteration 12:
+// keep partition 256KiB credit 1MiB, measured 1.1s (before 1.3s)".
+func (e AutoByteEvent) String() string {
+	s := fmt.Sprintf("after iteration %d: %s", e.Iteration, e.Kind)
+	switch e.Kind {
+	case "change":
+		s += " (" + e.Detail + ")"
+	case "search", "try", "verify":
+		s += fmt.Sprintf(" partition %s credit %s, predicted gain %.1f%%", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), 100*e.PredictedGain)
+	case "keep", "revert", "measured":
+		s += fmt.Sprintf(" partition %s credit %s, measured %s (before %s)", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
+	}
+	return s
 }
 
 // AutoByte is the meta-network tuner (AutoByte's model; this project's
@@ -180,7 +209,7 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		name string
 		v    *int
 		def  int
-	}{{"warm-up", &o.Warmup, 1}, {"measured iterations", &o.Measure, 3}, {"search interval", &o.Every, 10}, {"top-k", &o.TopK, 3},
+	}{{"warm-up", &o.Warmup, 1}, {"measured iterations", &o.Measure, 3}, {"most measured iterations", &o.MaxMeasure, 8}, {"search interval", &o.Every, 10}, {"top-k", &o.TopK, 3},
 		{"fine-tune steps", &o.FineTuneSteps, 5}, {"fine-tune batch", &o.FineTuneBatch, 16}, {"buffer", &o.Buffer, 64}}
 	for _, f := range ints {
 		if *f.v < 0 && f.name != "fine-tune steps" && f.name != "top-k" {
@@ -194,7 +223,7 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		name string
 		v    *float64
 		def  float64
-	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}}
+	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2}}
 	for _, f := range floats {
 		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
 			return nil, fmt.Errorf("tune: autobyte %s must be a number >= 0 (0 = default %v), got %v", f.name, f.def, *f.v)
@@ -202,6 +231,9 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	if o.MaxMeasure < o.Measure {
+		return nil, fmt.Errorf("tune: autobyte most measured iterations (%d) must be >= measured iterations (%d)", o.MaxMeasure, o.Measure)
 	}
 	for _, p := range o.Partitions {
 		for _, c := range o.Credits {
@@ -257,18 +289,24 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		return Proposal{}, false
 	}
 	a.window = append(a.window, s)
-	if len(a.window) > 2*a.o.Measure {
+	if len(a.window) > 2*a.o.MaxMeasure {
 		a.window = a.window[1:]
 	}
 	if len(a.window) < a.o.Measure {
 		return Proposal{}, false
 	}
-	recent := a.window[len(a.window)-a.o.Measure:]
+	n := a.measureCount()
+	recent := a.window[max(0, len(a.window)-n):]
 	st := MeanStats(recent)
-	if a.trying {
-		return a.judge(it, st)
-	}
-	if a.verifying {
+	if a.trying || a.verifying {
+		// Judge once n iterations are in, or earlier if already clearly
+		// slower than what it must beat.
+		if len(recent) < n && !a.clearlyWorse(st.IterationTimeS, len(recent)) {
+			return Proposal{}, false
+		}
+		if a.trying {
+			return a.judge(it, st)
+		}
 		return a.verifyStep(it, st)
 	}
 	if it < a.nextSearch {
@@ -280,6 +318,43 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	return a.search(it, st)
 }
 
+// measureCount is how many iterations to average: Measure, or more on a
+// noisy host (see AutoByteOptions.Measure).
+func (a *AutoByte) measureCount() int {
+	sd := a.det.IterationNoise()
+	if !(sd > 0) {
+		return a.o.Measure
+	}
+	// The difference of two means of n has deviation sd·√(2/n); it must be
+	// Margin at NoiseZ of them.
+	n := 2 * math.Pow(a.o.NoiseZ*sd/a.o.Margin, 2)
+	if n >= float64(a.o.MaxMeasure) {
+		return a.o.MaxMeasure
+	}
+	return max(a.o.Measure, int(math.Ceil(n)))
+}
+
+// noiseGap is the log gap between two means of n iterations that NoiseZ
+// standard errors of the measured noise reach (0 without noise).
+func (a *AutoByte) noiseGap(n int) float64 {
+	return a.o.NoiseZ * a.det.IterationNoise() * math.Sqrt(2/float64(n))
+}
+
+// clearlyWorse says whether t, a mean of n iterations of the candidate in
+// force, is already slower than what it must beat (the configuration a
+// trial replaced, or the best measured so far in a verification) by more
+// than the noise allows.
+func (a *AutoByte) clearlyWorse(t float64, n int) bool {
+	ref := a.prevS
+	if a.verifying {
+		ref = a.measured[0].st.IterationTimeS
+		for _, m := range a.measured {
+			ref = min(ref, m.st.IterationTimeS)
+		}
+	}
+	return ref > 0 && math.Log(t/ref) > a.noiseGap(n)
+}
+
 // judge keeps or reverts the candidate on trial, now measured as st.
 func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	a.trying = false
@@ -287,7 +362,9 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	a.learn(a.prevStats, st, st.IterationTimeS)
 	a.learn(st, st, st.IterationTimeS)
 	ev := AutoByteEvent{Iteration: it, Config: a.current, MeasuredS: st.IterationTimeS, PreviousS: a.prevS}
-	if st.IterationTimeS <= a.prevS*(1+a.o.KeepTolerance) {
+	// Faster beyond the noise (with no noise: not slower than the
+	// tolerance allows).
+	if st.IterationTimeS <= a.prevS*(1+a.o.KeepTolerance)*math.Exp(-a.noiseGap(a.measureCount())) {
 		ev.Kind = "keep"
 		a.events = append(a.events, ev)
 		a.nextSearch = it + 1 // search again at once: the network learned
@@ -321,7 +398,8 @@ func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 		return Proposal{}, false
 	}
 	gain := 1 - math.Exp(a.scores[best]-cur)
-	if gain <= a.o.Margin {
+	// A gain the noise would hide cannot be confirmed by a trial.
+	if gain <= max(a.o.Margin, 1-math.Exp(-a.noiseGap(a.measureCount()))) {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "search", Config: a.cands[best], PredictedGain: gain})
 		return Proposal{}, false
 	}
@@ -394,6 +472,11 @@ func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
 		if m.st.IterationTimeS < a.measured[best].st.IterationTimeS {
 			best = i
 		}
+	}
+	// The configuration in force before stays unless beaten beyond the
+	// noise.
+	if best != 0 && a.measured[best].st.IterationTimeS > base.st.IterationTimeS*math.Exp(-a.noiseGap(a.measureCount())) {
+		best = 0
 	}
 	for i, m := range a.measured {
 		if i != best {

@@ -363,7 +363,7 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 		to.OnStats = func(tune.Stats) {
 			evs := ab.Events()
 			for _, e := range evs[min(seen, len(evs)):] {
-				note(formatAutoByteEvent(e))
+				note(e.String())
 			}
 			seen = len(evs)
 		}
@@ -372,17 +372,4 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 		note(fmt.Sprintf("from iteration %d: partition %s, credit %s", c.FromIteration, units.FormatBytes(c.Config.PartitionBytes), units.FormatBytes(c.Config.CreditBytes)))
 	}
 	return to
-}
-
-func formatAutoByteEvent(e tune.AutoByteEvent) string {
-	s := fmt.Sprintf("after iteration %d: %s", e.Iteration, e.Kind)
-	switch e.Kind {
-	case "change":
-		s += " (" + e.Detail + ")"
-	case "search", "try", "verify":
-		s += fmt.Sprintf(" partition %s credit %s, predicted gain %.1f%%", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), 100*e.PredictedGain)
-	case "keep", "revert", "measured":
-		s += fmt.Sprintf(" partition %s credit %s, measured %s (before %s)", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
-	}
-	return s
 }
