@@ -239,20 +239,12 @@ func Evaluate(o Options) (*Report, error) {
 	oracles := make([][]sched.Config, len(suite))
 	best := make([]int, len(suite))
 	for i, s := range suite {
-		best[i] = 0
-		for c, r := range statics[i] {
-			if r.MeanIterationTimeS < statics[i][best[i]].MeanIterationTimeS {
-				best[i] = c
-			}
-		}
+		best[i] = BestIndex(statics[i])
 		oracles[i] = OracleConfigs(statics[i], cands, s.Phases())
 	}
 	oracleRuns := make([]*sim.Result, len(suite))
 	err = sim.Parallel(len(suite), par, func(i int) error {
-		so := opts[i]
-		so.Sched = oracles[i][0]
-		so.Tuner = NewOracle(suite[i].Phases(), oracles[i])
-		r, err := sim.Run(so)
+		r, err := RunOracle(opts[i], suite[i].Phases(), oracles[i])
 		if err != nil {
 			return fmt.Errorf("scenario %s, oracle: %w", suite[i].Name, err)
 		}
@@ -373,6 +365,28 @@ func mean(xs []float64) float64 {
 }
 
 func pct(a, b float64) float64 { return 100 * (a/b - 1) }
+
+// BestIndex is the index of the static run with the lowest mean iteration
+// time over the whole run (the earlier one on ties): the best static
+// configuration in hindsight.
+func BestIndex(statics []*sim.Result) int {
+	best := 0
+	for c, r := range statics {
+		if r.MeanIterationTimeS < statics[best].MeanIterationTimeS {
+			best = c
+		}
+	}
+	return best
+}
+
+// RunOracle simulates o (without its tuner) under the per-phase oracle:
+// configs[0] from the start, then each phase's configuration (see
+// NewOracle).
+func RunOracle(o sim.Options, phases []Phase, configs []sched.Config) (*sim.Result, error) {
+	o.Sched = configs[0]
+	o.Tuner = NewOracle(phases, configs)
+	return sim.Run(o)
+}
 
 // OracleConfigs picks, for each phase, the candidate whose static run had
 // the lowest mean iteration time over the phase, not counting its first Lead

@@ -39,6 +39,10 @@ type Scenario struct {
 	// Stragglers slows a worker's compute by a factor.
 	Stragglers map[int]float64 `json:"stragglers,omitempty"`
 	Iterations int             `json:"iterations"`
+	// MessageCost is the simulator's fixed processing time per message
+	// (sim.Options.MessageCostS), a duration such as "15us"; "" is none.
+	// The suites leave it empty.
+	MessageCost string `json:"message_cost,omitempty"`
 }
 
 // Changing reports whether the scenario's bandwidth or compute speed
@@ -71,8 +75,14 @@ func (s Scenario) Options() (sim.Options, error) {
 	if err != nil {
 		return sim.Options{}, fmt.Errorf("scenario %s: compute trace: %w", s.Name, err)
 	}
+	var cost float64
+	if strings.TrimSpace(s.MessageCost) != "" {
+		if cost, err = units.ParseDuration(s.MessageCost); err != nil {
+			return sim.Options{}, fmt.Errorf("scenario %s: message cost: %w", s.Name, err)
+		}
+	}
 	o := sim.Options{Profile: p, Arch: arch, Workers: s.Workers, Servers: s.Servers, BandwidthBps: bw, LatencyS: 50e-6,
-		Sched: ByteSchedulerDefault(s.Arch), Iterations: s.Iterations, BandwidthTrace: tr, ComputeTrace: ct}
+		MessageCostS: cost, Sched: ByteSchedulerDefault(s.Arch), Iterations: s.Iterations, BandwidthTrace: tr, ComputeTrace: ct}
 	if len(s.Stragglers) > 0 {
 		o.Stragglers = maps.Clone(s.Stragglers)
 	}
