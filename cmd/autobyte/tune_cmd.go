@@ -28,6 +28,7 @@ func newTuneCmd() *cobra.Command {
 	}
 	cmd.AddCommand(newTuneTrainCmd())
 	cmd.AddCommand(newTuneEvalCmd())
+	cmd.AddCommand(newTuneGapCmd())
 	return cmd
 }
 

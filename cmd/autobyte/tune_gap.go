@@ -1,0 +1,97 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/autobyte/autobyte/tuneeval"
+	"github.com/autobyte/autobyte/units"
+)
+
+func newTuneGapCmd() *cobra.Command {
+	var costs, only string
+	var parallel int
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "gap",
+		Short: "How much a per-phase oracle gains over the best static configuration (no tuner runs)",
+		Long: `gap simulates every candidate of the autobyte tuner's grid for the whole run of
+each scenario, picks the best static configuration in hindsight and the
+per-phase oracle exactly as 'tune eval' does, and runs the oracle: the most any
+tuner could gain by following the changes. It runs the changing scenarios of
+tune eval's suite and three more with a 100 -> 10 -> 100 Gbps swing
+(tuneeval.GapSuite), under each --message-cost (the simulator's fixed time per
+message; scripts/message-cost.sh measures the runtime's). It prints one
+Markdown row per scenario and cost, or JSON.`,
+		Example: `  autobyte tune gap --message-cost 0,15us
+  autobyte tune gap --message-cost 15us --only vgg16-ps-8w-bw10x --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if parallel < 1 {
+				return fmt.Errorf("--parallel must be >= 1, got %d", parallel)
+			}
+			var cs []string
+			for _, c := range strings.Split(costs, ",") {
+				c = strings.TrimSpace(c)
+				if _, err := units.ParseDuration(c); err != nil {
+					return fmt.Errorf("--message-cost: %w", err)
+				}
+				cs = append(cs, c)
+			}
+			suite, err := tuneeval.Select(tuneeval.GapSuite(), only)
+			if err != nil {
+				return err
+			}
+			start := time.Now()
+			var out []*tuneeval.GapResult
+			if !asJSON {
+				writeGapHeader(cmd.OutOrStdout())
+			}
+			for _, c := range cs {
+				for _, s := range suite {
+					s.MessageCost = c
+					g, err := tuneeval.Gap(s, parallel)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "tune gap: %s at %s per message: oracle %+.1f%% (%.0f s)\n", s.Name, c, g.OracleVsBestStaticPct, time.Since(start).Seconds())
+					out = append(out, g)
+					if !asJSON {
+						writeGapRow(cmd.OutOrStdout(), g)
+					}
+				}
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
+			}
+			return nil
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&costs, "message-cost", "0", "comma-separated fixed processing times per message, e.g. 0,15us (each runs the whole list of scenarios)")
+	fs.StringVar(&only, "only", "", "comma-separated scenario names to run (default all)")
+	fs.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
+	fs.BoolVar(&asJSON, "json", false, "print one JSON array")
+	return cmd
+}
+
+func writeGapHeader(w io.Writer) {
+	fmt.Fprintln(w, "| scenario | message cost | bytescheduler | best static | oracle | oracle vs best static | best static config | oracle configs |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---|---|")
+}
+
+func writeGapRow(w io.Writer, g *tuneeval.GapResult) {
+	var cfgs []string
+	for _, c := range g.OracleConfigs {
+		cfgs = append(cfgs, tuneeval.ConfigString(c))
+	}
+	fmt.Fprintf(w, "| %s | %s | %.4f | %.4f | %.4f | %+.1f%% | %s | %s |\n", g.Scenario.Name, units.FormatSeconds(g.MessageCostS),
+		g.ByteSchedulerMeanS, g.BestStaticMeanS, g.OracleMeanS, g.OracleVsBestStaticPct, tuneeval.ConfigString(g.BestStaticConfig),
+		strings.Join(cfgs, " → "))
+}
