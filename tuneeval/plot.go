@@ -12,8 +12,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
 
-	"github.com/autobyte/autobyte/sched"
-	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/tune"
 )
 
 // Plot writes NAME-time.png (iteration time over the run, one line per
@@ -57,7 +56,7 @@ func Plot(s *ScenarioResult, dir string) error {
 		}
 		pxy, cxy := make(plotter.XYs, n), make(plotter.XYs, n)
 		for k := range n {
-			c := configAt(r.Configs, k)
+			c := tune.ConfigAt(r.Configs, k)
 			pxy[k] = plotter.XY{X: float64(k), Y: float64(c.PartitionBytes)}
 			cxy[k] = plotter.XY{X: float64(k), Y: float64(c.CreditBytes)}
 		}
@@ -125,15 +124,4 @@ func addPhaseLines(p *plot.Plot, s *ScenarioResult) {
 		g.Width = vg.Points(0.8)
 		p.Add(g)
 	}
-}
-
-func configAt(cs []sim.ConfigChange, k int) sched.Config {
-	c := cs[0].Config
-	for _, ch := range cs[1:] {
-		if ch.FromIteration > k {
-			break
-		}
-		c = ch.Config
-	}
-	return c
 }

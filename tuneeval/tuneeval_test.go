@@ -52,8 +52,8 @@ func TestOracleBeatsEveryStaticPerPhase(t *testing.T) {
 	}
 	// The oracle switched where the best configuration changed.
 	for p := 1; p < len(phases); p++ {
-		if cfgs[p] != cfgs[p-1] && configAt(r.Configs, phases[p].From) != cfgs[p] {
-			t.Errorf("phase %d: configuration %+v in force, want %+v", p, configAt(r.Configs, phases[p].From), cfgs[p])
+		if cfgs[p] != cfgs[p-1] && tune.ConfigAt(r.Configs, phases[p].From) != cfgs[p] {
+			t.Errorf("phase %d: configuration %+v in force, want %+v", p, tune.ConfigAt(r.Configs, phases[p].From), cfgs[p])
 		}
 	}
 }
