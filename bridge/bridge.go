@@ -381,11 +381,11 @@ func logTuner(log *slog.Logger, tn tune.Tuner, o *job.TuningOptions) {
 		if ab == nil {
 			return
 		}
-		evs := ab.Events()
-		for _, e := range evs[min(seen, len(evs)):] {
+		evs := ab.EventsFrom(seen)
+		for _, e := range evs {
 			log.Info("tuner: " + e.String())
 		}
-		seen = len(evs)
+		seen += len(evs)
 	}
 	o.OnChange = func(c job.ConfigChange) {
 		log.Info("tuner: configuration change", "from_iteration", c.FromIteration,

@@ -256,7 +256,14 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 func (*AutoByte) Name() string { return "autobyte" }
 
 // Events returns a copy of what the tuner did so far.
-func (a *AutoByte) Events() []AutoByteEvent { return append([]AutoByteEvent(nil), a.events...) }
+func (a *AutoByte) Events() []AutoByteEvent { return a.EventsFrom(0) }
+
+// EventsFrom returns a copy of the events from the i-th on (none if there
+// are not more than i): a caller that logs events as they come passes the
+// number it has seen.
+func (a *AutoByte) EventsFrom(i int) []AutoByteEvent {
+	return append([]AutoByteEvent(nil), a.events[min(max(i, 0), len(a.events)):]...)
+}
 
 // Candidates returns the candidate grid.
 func (a *AutoByte) Candidates() []sched.Config { return append([]sched.Config(nil), a.cands...) }

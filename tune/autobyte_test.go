@@ -320,3 +320,28 @@ func TestAutoByteNoisyHost(t *testing.T) {
 		t.Errorf("noise-aware: in force at the end %+v, want the 25%% faster 16 MB partitions", inForce)
 	}
 }
+
+// TestAutoByteEventsFrom: EventsFrom(i) is Events()[i:], empty past the
+// end, and a copy.
+func TestAutoByteEventsFrom(t *testing.T) {
+	initial := sched.Config{PartitionBytes: 64 << 20, CreditBytes: 64 << 20, Order: sched.OrderPriority}
+	a, err := tune.NewAutoByte(tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{1 << 20, 4 << 20}, Credits: []int64{64 << 20}, FineTuneSteps: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeJob(t, a, initial, 40, func(sched.Config) float64 { return 1 })
+	all := a.Events()
+	if len(all) < 3 {
+		t.Fatalf("only %d events", len(all))
+	}
+	for _, i := range []int{-1, 0, 2, len(all), len(all) + 5} {
+		want := all[min(max(i, 0), len(all)):]
+		if got := a.EventsFrom(i); !slices.Equal(got, want) {
+			t.Errorf("EventsFrom(%d) = %v, want %v", i, got, want)
+		}
+	}
+	a.EventsFrom(0)[0].Kind = "changed by the caller"
+	if a.Events()[0].Kind != all[0].Kind {
+		t.Error("EventsFrom returned the tuner's own slice")
+	}
+}

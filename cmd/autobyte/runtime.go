@@ -361,11 +361,11 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 	if ab, ok := tuner.(*tune.AutoByte); ok {
 		seen := 0
 		to.OnStats = func(tune.Stats) {
-			evs := ab.Events()
-			for _, e := range evs[min(seen, len(evs)):] {
+			evs := ab.EventsFrom(seen)
+			for _, e := range evs {
 				note(e.String())
 			}
-			seen = len(evs)
+			seen += len(evs)
 		}
 	}
 	to.OnChange = func(c job.ConfigChange) {
