@@ -163,6 +163,9 @@ type AutoByte struct {
 	verifying bool
 	queue     []sched.Config
 	measured  []measuredConfig
+	// noise is the change detector's iteration-time noise as of the
+	// latest Observe (one estimate per iteration serves every rule).
+	noise float64
 }
 
 // measuredConfig is one configuration measured during a verification.
@@ -280,7 +283,9 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if it >= a.pending && it <= a.pending+a.o.Warmup {
 		a.det.ConfigChanged()
 	}
-	if changed, what := a.det.Observe(s); changed {
+	changed, what := a.det.Observe(s)
+	a.noise = a.det.IterationNoise()
+	if changed {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
 		clear(a.tabu)
 		a.trying = false
@@ -328,7 +333,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 // measureCount is how many iterations to average: Measure, or more on a
 // noisy host (see AutoByteOptions.Measure).
 func (a *AutoByte) measureCount() int {
-	sd := a.det.IterationNoise()
+	sd := a.noise
 	if !(sd > 0) {
 		return a.o.Measure
 	}
@@ -344,7 +349,7 @@ func (a *AutoByte) measureCount() int {
 // noiseGap is the log gap between two means of n iterations that NoiseZ
 // standard errors of the measured noise reach (0 without noise).
 func (a *AutoByte) noiseGap(n int) float64 {
-	return a.o.NoiseZ * a.det.IterationNoise() * math.Sqrt(2/float64(n))
+	return a.o.NoiseZ * a.noise * math.Sqrt(2/float64(n))
 }
 
 // clearlyWorse says whether t, a mean of n iterations of the candidate in
