@@ -25,17 +25,9 @@ ab=/tmp/autobyte-retune
 trap '$ab testbed down --name $bed >/dev/null 2>&1 || true' EXIT
 
 job=(--model "$model" --workers "$workers" --servers "$servers" --iterations "$iters" --bandwidth-trace "$trace")
-mean() { python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_iteration_time_s"])'; }
 
 # The simulator's best static configuration over the whole run.
-best="" bestt=""
-for p in 256KB 1MB 4MB 16MB; do
-  for c in 1MB 4MB 16MB 64MB; do
-    t=$($ab sim "${job[@]}" --partition "$p" --credit "$c" --json | mean)
-    if [[ -z $bestt ]] || awk -v a="$t" -v b="$bestt" 'BEGIN{exit !(a<b)}'; then best="$p:$c" bestt=$t; fi
-  done
-done
-simab=$($ab sim "${job[@]}" --tuner autobyte --json | mean)
+read -r best bestt simab < <(scripts/sim-best-static.sh "$ab" "${job[@]}")
 echo "simulator: best static $best ($bestt s), autobyte $simab s"
 
 cands=("4MB:16MB" "$best")

@@ -10,18 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o /tmp/autobyte-scen ./cmd/autobyte
 ab=/tmp/autobyte-scen
-mean() { python3 -c 'import json,sys; print(json.load(sys.stdin)["mean_iteration_time_s"])'; }
 for model in ${MODELS:-resnet50 vgg16 alexnet}; do
  for ws in "2 2" "3 3" "2 1"; do
   set -- $ws
   for trace in 0:2Gbps,25:500Mbps,55:2Gbps 0:2Gbps,25:200Mbps,55:2Gbps 0:1Gbps,25:100Mbps,55:1Gbps 0:500Mbps,25:2Gbps,55:500Mbps; do
     job=(--model $model --workers $1 --servers $2 --iterations 80 --bandwidth-trace $trace)
-    best="" bestt=""
-    for p in 256KB 1MB 4MB 16MB; do for c in 1MB 4MB 16MB 64MB; do
-      t=$($ab sim "${job[@]}" --partition $p --credit $c --json | mean)
-      if [[ -z $bestt ]] || awk -v a="$t" -v b="$bestt" 'BEGIN{exit !(a<b)}'; then best="$p:$c" bestt=$t; fi
-    done; done
-    a=$($ab sim "${job[@]}" --tuner autobyte --json | mean)
+    read -r best bestt a < <(scripts/sim-best-static.sh "$ab" "${job[@]}")
     echo "$model $1w/$2s $trace best $best $bestt autobyte $a $(awk -v a=$a -v b=$bestt 'BEGIN{printf "%+.1f%%", 100*(a/b-1)}')"
   done
  done
