@@ -63,7 +63,7 @@ the failed process's error.`,
 		},
 		RunE: func(cmd *cobra.Command, script []string) error {
 			if len(script) > 0 {
-				return runScriptLaunch(cmd, &f, script, bedName, logLevel, peerTimeout)
+				return runScriptLaunch(cmd, &f, script, bedName, traceDir, logLevel, peerTimeout)
 			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
@@ -141,7 +141,7 @@ the failed process's error.`,
 	cmd.Flags().StringVar(&logLevel, "log-level", "warn", "children's log level")
 	cmd.Flags().DurationVar(&peerTimeout, "peer-timeout", 5*time.Second, "a silent peer fails the job after this long")
 	cmd.Flags().BoolVar(&useTLS, "tls", false, "use mutual TLS on every connection (a throw-away CA and certificate for this run)")
-	cmd.Flags().StringVar(&traceDir, "trace", "", "write each worker's Chrome-trace timeline to DIR/rank-N.json")
+	cmd.Flags().StringVar(&traceDir, "trace", "", "write each worker's Chrome-trace timeline to DIR/rank-N.json (a training command's too: AUTOBYTE_TRACE)")
 	cmd.Flags().IntVar(&metricsPort, "metrics-port", 0, "serve worker r's Prometheus metrics on port PORT+r (0 = off)")
 	cmd.Long += `
 
@@ -168,8 +168,8 @@ reaching its iteration (see docs/runtime-tuning.md).`
 }
 
 // runScriptLaunch is launch with a training command after --.
-func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, logLevel string, peerTimeout time.Duration) error {
-	for _, name := range []string{"json", "verify", "tls", "trace", "metrics-port", "model", "profile", "iterations",
+func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, traceDir, logLevel string, peerTimeout time.Duration) error {
+	for _, name := range []string{"json", "verify", "tls", "metrics-port", "model", "profile", "iterations",
 		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
@@ -191,7 +191,12 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	ctx, stop := signalContext()
 	defer stop()
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
-		scriptTuner: tuner}
+		scriptTuner: tuner, traceDir: traceDir}
+	if traceDir != "" {
+		if err := os.MkdirAll(traceDir, 0o755); err != nil {
+			return fmt.Errorf("--trace: %w", err)
+		}
+	}
 	if cmd.Flags().Changed("bandwidth") {
 		lc.linkRate = o.BandwidthBps
 	}

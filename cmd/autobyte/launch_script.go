@@ -71,6 +71,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	if lc.linkRate > 0 {
 		set("AUTOBYTE_LINK_RATE", strconv.FormatFloat(lc.linkRate, 'g', -1, 64)+"B/s")
 	}
+	if lc.traceDir != "" {
+		set("AUTOBYTE_TRACE", filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", rank)))
+	}
 	set("AUTOBYTE_PEER_TIMEOUT", lc.peerTimeout.String())
 	set("AUTOBYTE_LOG_LEVEL", lc.logLevel)
 	if lc.bed != nil {

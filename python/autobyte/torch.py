@@ -47,12 +47,14 @@ import torch
 
 from . import AutobyteError
 from ._native import Engine, library_path
+from .timeline import Timeline, now
 
 __all__ = ["init", "rank", "size", "DistributedOptimizer", "shutdown", "AutobyteError"]
 
 SUPPORTED_OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 
 _settings = {}
+_trace = {}  # "path": the timeline file set by init(trace=...)
 _initialised = False
 _sessions = []  # weak references to live _Session objects
 
@@ -75,13 +77,17 @@ def init(**settings):
     the engine. Keyword settings override the AUTOBYTE_* environment, e.g.
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
-    bandwidth, peer_timeout, log_level."""
+    bandwidth, peer_timeout, log_level, and trace (a file for this
+    worker's timeline, see autobyte.timeline)."""
     global _initialised
     known = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
-             "peer_timeout", "log_level", "listen"}
+             "peer_timeout", "log_level", "listen", "trace"}
     for k, v in settings.items():
         if k not in known:
             raise AutobyteError("autobyte.init: unknown setting %r (known: %s)" % (k, ", ".join(sorted(known))))
+        if k == "trace":
+            _trace["path"] = str(v)
+            continue
         _settings["AUTOBYTE_" + k.upper()] = str(v)
     r, n = rank(), size()
     if r >= n:
@@ -257,7 +263,10 @@ class _Session:
         # MultiheadAttention reads out_proj.weight itself). The first forward
         # pass records which modules run; at the first step, each layer whose
         # module did not run is applied by its nearest ancestor that did.
-        if self.engine.tuning:
+        trace = _trace.get("path") or os.environ.get("AUTOBYTE_TRACE")
+        self.timeline = Timeline(trace, self.me) if trace else None
+        self.forward_began = self.backward_began = None
+        if self.engine.tuning or self.timeline is not None:
             # Rank 0 tunes: the engine measures the steps' compute.
             self.hooks.append(model.register_forward_pre_hook(self._mark_forward_begin))
             self.hooks.append(model.register_forward_hook(self._mark_forward_end))
@@ -328,6 +337,11 @@ class _Session:
                     b.zero_()  # unused in this step: contributes nothing
             self.engine.post(t, self._engine_iter(k), b.data_ptr(), b.numel())
             self.posted[t] = k
+            if self.timeline is not None:
+                t_post = now()
+                if from_backward and self.backward_began is None:
+                    self.backward_began = t_post
+                self.timeline.instant("post", "post", t_post, step=k, layer=self.layer_of[t], tensor=self.names[t])
             if from_backward and not self.callback_queued:
                 self.callback_queued = True
                 torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
@@ -342,6 +356,9 @@ class _Session:
                     self._post(t, from_backward=False)
             if self.engine.tuning and self.forward_marked == self.iteration:
                 self.engine.mark(Engine.BACKWARD_END, self._engine_iter(self.iteration))
+            if self.timeline is not None and self.backward_began is not None:
+                self.timeline.span("backward", "compute", self.backward_began, now(), step=self.iteration)
+                self.backward_began = None
 
     def _pre_forward(self, layers):
         def hook(*_):
@@ -354,14 +371,20 @@ class _Session:
 
     def _mark_forward_begin(self, *_):
         if self.forward_marked != self.iteration:
-            self.engine.mark(Engine.FORWARD_BEGIN, self._engine_iter(self.iteration))
+            if self.timeline is not None:
+                self.forward_began = now()
+            if self.engine.tuning:
+                self.engine.mark(Engine.FORWARD_BEGIN, self._engine_iter(self.iteration))
 
     def _mark_forward_end(self, *_):
         # Only the first forward of a step counts (and runs the tuner, which
         # may change the configuration from a later iteration).
         if self.forward_marked != self.iteration:
             self.forward_marked = self.iteration
-            self.engine.mark(Engine.FORWARD_END, self._engine_iter(self.iteration))
+            if self.timeline is not None and self.forward_began is not None:
+                self.timeline.span("forward", "compute", self.forward_began, now(), step=self.iteration)
+            if self.engine.tuning:
+                self.engine.mark(Engine.FORWARD_END, self._engine_iter(self.iteration))
 
     def report(self):
         """The tuner and the configurations applied, each from the training
@@ -402,7 +425,13 @@ class _Session:
         """Waits for layer's sums of iteration k and applies the update."""
         if k < 0 or self.applied[layer] >= k:
             return
-        self.engine.wait_layer(layer, self._engine_iter(k))
+        if self.timeline is None:
+            self.engine.wait_layer(layer, self._engine_iter(k))
+        else:
+            t0 = now()
+            self.engine.wait_layer(layer, self._engine_iter(k))
+            # The forward of step k+1 waits for the sums of step k.
+            self.timeline.span("wait layer %d" % layer, "wait", t0, now(), layer=layer, step=k + 1)
         hyper = self.hyper[k]
         with torch.no_grad():
             for t in self.layer_params[layer]:
@@ -450,6 +479,8 @@ class _Session:
                 self.closed = True
                 for h in self.hooks + self.probes:
                     h.remove()
+                if self.timeline is not None:
+                    self.timeline.close()
                 self.engine.close(ok, reason)
 
 

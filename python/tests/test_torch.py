@@ -299,8 +299,87 @@ class Errors(unittest.TestCase):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
 
 
-if __name__ == "__main__":
-    unittest.main()
+class Timelines(unittest.TestCase):
+    """launch --trace DIR: every worker writes a Chrome trace of its steps
+    (AUTOBYTE_TRACE), and python -m autobyte.timeline summarises them."""
+
+    def test_trace_and_summary(self):
+        import json
+        from autobyte import timeline
+        d = os.path.join(_tmp, "traces")
+        steps = 8
+        run_ok(self, ["--workers", "2", "--servers", "1", "--trace", d],
+               ["--backend", "autobyte", "--model", "smooth", "--optimizer", "sgd", "--iterations", str(steps)])
+        self.assertEqual(sorted(os.listdir(d)), ["rank-0.json", "rank-1.json"])
+        for r in range(2):
+            with open(os.path.join(d, "rank-%d.json" % r)) as f:
+                doc = json.load(f)  # complete JSON: the worker closed it
+            ev = doc["traceEvents"]
+            fwd = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"] == "forward"}
+            bwd = {e["args"]["step"]: (e["ts"], e["ts"] + e["dur"]) for e in ev if e["name"] == "backward"}
+            self.assertEqual(sorted(fwd), list(range(steps)))
+            self.assertEqual(sorted(bwd), list(range(steps)))
+            for k in range(steps):
+                self.assertLessEqual(fwd[k][1], bwd[k][0] + 1, "rank %d step %d: backward began before forward ended" % (r, k))
+                if k + 1 < steps:
+                    self.assertLessEqual(bwd[k][1], fwd[k + 1][0] + 1)
+            # Each of the 3 layers waits once per step after the first, inside
+            # that step's forward pass (for the sums of the step before), and
+            # once more when the last step's sums are synchronised at exit.
+            waits = [e for e in ev if e.get("cat") == "wait"]
+            self.assertEqual(sorted(e["args"]["step"] for e in waits), sorted(list(range(1, steps + 1)) * 3))
+            for e in waits:
+                if e["args"]["step"] == steps:
+                    self.assertGreaterEqual(e["ts"], bwd[steps - 1][1] - 1)
+                    continue
+                a, b = fwd[e["args"]["step"]]
+                self.assertTrue(a - 1 <= e["ts"] and e["ts"] + e["dur"] <= b + 1, e)
+            # Every tensor (conv, fc1, fc2: weight and bias) posted once per step.
+            posts = [e for e in ev if e["name"] == "post"]
+            self.assertEqual(len(posts), 6 * steps)
+            self.assertEqual({e["args"]["layer"] for e in posts}, {0, 1, 2})
+        s = timeline.summarize([os.path.join(d, "rank-%d.json" % r) for r in range(2)], skip=1)
+        self.assertEqual([w["rank"] for w in s["workers"]], [0, 1])
+        for w in s["workers"]:
+            self.assertEqual(w["steps"], steps - 1)
+            self.assertGreater(w["step_s"], 0)
+            self.assertGreaterEqual(w["wait_s"], 0)
+            self.assertLessEqual(w["wait_s"], w["forward_s"])
+        if s["layer0_latency_samples"]:
+            self.assertGreaterEqual(s["layer0_latency_s"], 0)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        r = subprocess.run([PY, "-m", "autobyte.timeline", d], cwd=ROOT, env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("rank 0: 3 steps", r.stdout)
+        self.assertIn("rank 1: 3 steps", r.stdout)
+
+    def test_cut_short_and_bad_input(self):
+        from autobyte import timeline
+        path = os.path.join(_tmp, "cut.json")
+        t = timeline.Timeline(path, 4)
+        t.span("forward", "compute", 1.0, 1.5, step=0)
+        t.span("backward", "compute", 1.6, 2.0, step=0)
+        t.f.flush()  # a crash now leaves the array open
+        w = timeline.Worker(path)
+        self.assertEqual((w.rank, w.steps()), (4, [0]))
+        self.assertAlmostEqual(w.forward[0][1] - w.forward[0][0], 0.5)
+        t.close()
+        self.assertEqual(timeline.Worker(path).steps(), [0])
+        with self.assertRaisesRegex(AutobyteError, "cannot write the timeline AUTOBYTE_TRACE=/no/such/dir/t.json"):
+            timeline.Timeline("/no/such/dir/t.json", 0)
+        bad = os.path.join(_tmp, "bad.json")
+        with open(bad, "w") as f:
+            f.write("not json")
+        with self.assertRaisesRegex(AutobyteError, "bad.json is not a timeline"):
+            timeline.load(bad)
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        for arg, want in [("/no/such/trace", "/no/such/trace does not exist"), (_tmp + "/empty-dir", "holds no rank-*.json")]:
+            os.makedirs(_tmp + "/empty-dir", exist_ok=True)
+            r = subprocess.run([PY, "-m", "autobyte.timeline", arg], cwd=ROOT, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+            self.assertEqual(r.returncode, 2, r.stdout)
+            self.assertIn(want, r.stdout)
 
 
 class Profile(unittest.TestCase):
@@ -337,3 +416,7 @@ class Profile(unittest.TestCase):
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
             self.assertEqual(r.returncode, 2, r.stdout)
             self.assertIn(want, r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,214 @@
+"""Timelines of the plugin's training steps, and their summary.
+
+With ``AUTOBYTE_TRACE=FILE`` (``autobyte launch --trace DIR`` sets
+``DIR/rank-N.json``), each worker streams a Chrome trace (chrome://tracing,
+Perfetto) of what its training thread did:
+
+* ``forward`` spans: the model's forward pass (the first of each step),
+  including the time it was blocked on layer gates;
+* ``backward`` spans: from the first gradient autograd produced to the end
+  of the backward pass;
+* ``wait layer N`` spans, nested in the forward: how long the module of
+  layer N waited for its parameters' sums;
+* ``post`` instants: each gradient handed to the engine.
+
+Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux), so the
+timelines of workers on one machine (the testbed, loopback) share a clock
+and can be compared; across machines they cannot.
+
+``python -m autobyte.timeline DIR|FILE...`` summarises them: per worker,
+the median step, forward, backward and waits (per layer); across workers,
+the median time from the last worker posting layer 0's gradient to the
+first waiting worker receiving its sum, the part of a step that the network
+and the servers add on the critical path.
+"""
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import sys
+import time
+
+from . import AutobyteError
+
+_US = 1e6
+
+
+def now():
+    """The timeline's clock, in seconds."""
+    return time.perf_counter()
+
+
+class Timeline:
+    """Streams one worker's trace events to a file as they happen, so a
+    crash loses at most the buffered tail (trace viewers accept a missing
+    closing bracket)."""
+
+    def __init__(self, path, rank):
+        try:
+            self.f = open(path, "w")
+        except OSError as e:
+            raise AutobyteError("autobyte: cannot write the timeline AUTOBYTE_TRACE=%s: %s" % (path, e)) from None
+        self.path = path
+        self.pid = rank
+        self.f.write('{"displayTimeUnit":"ms","otherData":{"clock":"CLOCK_MONOTONIC","rank":%d},"traceEvents":[\n' % rank)
+        self._event({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "rank %d" % rank}})
+        self._event({"name": "thread_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "training"}})
+
+    def _event(self, e):
+        self.f.write(json.dumps(e, separators=(",", ":")) + ",\n")
+
+    def span(self, name, cat, t0, t1, **args):
+        self._event({"name": name, "cat": cat, "ph": "X", "pid": self.pid, "tid": 0,
+                     "ts": round(t0 * _US, 1), "dur": round(max(0.0, t1 - t0) * _US, 1), "args": args})
+
+    def instant(self, name, cat, t, **args):
+        self._event({"name": name, "cat": cat, "ph": "i", "s": "t", "pid": self.pid, "tid": 0,
+                     "ts": round(t * _US, 1), "args": args})
+
+    def close(self):
+        if self.f is None:
+            return
+        # A last event without a trailing comma closes the array.
+        self.f.write(json.dumps({"name": "end", "ph": "i", "s": "t", "pid": self.pid, "tid": 0,
+                                 "ts": round(now() * _US, 1)}) + "\n]}\n")
+        self.f.close()
+        self.f = None
+
+
+def load(path):
+    """The events of one timeline file (a complete one, or one cut short by
+    a crash)."""
+    with open(path) as f:
+        text = f.read()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        try:  # cut short: close the array ourselves
+            doc = json.loads(text.rstrip().rstrip(",") + "]}")
+        except ValueError as e:
+            raise AutobyteError("autobyte.timeline: %s is not a timeline: %s" % (path, e)) from None
+    if not isinstance(doc, dict) or "traceEvents" not in doc:
+        raise AutobyteError("autobyte.timeline: %s has no traceEvents" % path)
+    return doc
+
+
+class Worker:
+    """One worker's steps, read from its timeline."""
+
+    def __init__(self, path):
+        doc = load(path)
+        self.path = path
+        self.rank = doc.get("otherData", {}).get("rank", 0)
+        self.forward, self.backward = {}, {}  # step -> (t0, t1)
+        self.waits = {}  # step (whose forward waited) -> layer -> (t0, t1)
+        self.posts = {}  # step -> layer -> last post time
+        for e in doc["traceEvents"]:
+            args = e.get("args", {})
+            name, ts = e.get("name"), e.get("ts", 0) / _US
+            if e.get("ph") == "X":
+                span = (ts, ts + e.get("dur", 0) / _US)
+                if name == "forward":
+                    self.forward[args["step"]] = span
+                elif name == "backward":
+                    self.backward[args["step"]] = span
+                elif e.get("cat") == "wait":
+                    self.waits.setdefault(args["step"], {})[args["layer"]] = span
+            elif name == "post":
+                layers = self.posts.setdefault(args["step"], {})
+                layers[args["layer"]] = max(layers.get(args["layer"], ts), ts)
+
+    def steps(self):
+        return sorted(set(self.forward) & set(self.backward))
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else float("nan")
+
+
+def summarize(paths, skip=5):
+    """Medians per worker and across workers, leaving out the first skip
+    steps (warm-up)."""
+    workers = [Worker(p) for p in paths]
+    out = {"workers": []}
+    for w in workers:
+        steps = [k for k in w.steps() if k >= skip]
+        period = [w.backward[k + 1][0] - w.backward[k][0] for k in steps if k + 1 in w.backward]
+        waits = {}
+        for k in steps:
+            for layer, (a, b) in w.waits.get(k, {}).items():
+                waits.setdefault(layer, []).append(b - a)
+        total = [sum(b - a for a, b in w.waits.get(k, {}).values()) for k in steps]
+        out["workers"].append({
+            "rank": w.rank, "steps": len(steps),
+            "step_s": _median(period),
+            "forward_s": _median([w.forward[k][1] - w.forward[k][0] for k in steps]),
+            "backward_s": _median([w.backward[k][1] - w.backward[k][0] for k in steps]),
+            "wait_s": _median(total),
+            "wait_by_layer_s": {str(layer): _median(v) for layer, v in sorted(waits.items())},
+        })
+    # Layer 0's latency: its gradient of step k is posted by every worker at
+    # the end of backward k; the sum gates forward k+1.
+    lat = []
+    if len(workers) > 1:
+        for k in sorted(set.intersection(*[set(w.posts) for w in workers])):
+            if k < skip:
+                continue
+            posted = [w.posts[k].get(0) for w in workers]
+            if None in posted:
+                continue
+            last = max(posted)
+            got = [w.waits[k + 1][0][1] for w in workers
+                   if 0 in w.waits.get(k + 1, {}) and w.waits[k + 1][0][0] < last]
+            if got:
+                lat.append(min(got) - last)
+    out["layer0_latency_s"] = _median(lat)
+    out["layer0_latency_samples"] = len(lat)
+    return out
+
+
+def _paths(args):
+    paths = []
+    for a in args:
+        if os.path.isdir(a):
+            found = sorted(glob.glob(os.path.join(a, "rank-*.json")))
+            if not found:
+                raise AutobyteError("autobyte.timeline: %s holds no rank-*.json timelines" % a)
+            paths += found
+        elif os.path.exists(a):
+            paths.append(a)
+        else:
+            raise AutobyteError("autobyte.timeline: %s does not exist" % a)
+    return paths
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m autobyte.timeline", description=__doc__.split("\n\n")[0])
+    p.add_argument("paths", nargs="+", help="timeline files, or directories of rank-*.json")
+    p.add_argument("--skip", type=int, default=5, help="leave out the first SKIP steps (warm-up)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    a = p.parse_args(argv)
+    try:
+        s = summarize(_paths(a.paths), a.skip)
+    except AutobyteError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if a.json:
+        print(json.dumps(s))
+        return 0
+    ms = lambda x: "%.1f ms" % (1e3 * x)  # noqa: E731
+    for w in s["workers"]:
+        worst = sorted(w["wait_by_layer_s"].items(), key=lambda kv: -kv[1])[:3]
+        print("rank %d: %d steps, step %s, forward %s (waiting %s), backward %s; longest waits: %s" % (
+            w["rank"], w["steps"], ms(w["step_s"]), ms(w["forward_s"]), ms(w["wait_s"]), ms(w["backward_s"]),
+            ", ".join("layer %s %s" % (k, ms(v)) for k, v in worst if v >= 5e-5) or "none"))
+    if s["layer0_latency_samples"]:
+        print("layer 0: its sum reached a waiting worker %s (median of %d steps) after the last worker posted it" % (
+            ms(s["layer0_latency_s"]), s["layer0_latency_samples"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
