@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,10 +25,12 @@ import (
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/observe"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
+	"golang.org/x/sys/unix"
 )
 
 // Tensor is one tensor the binding synchronises, in the binding's order
@@ -66,6 +69,7 @@ type Request struct {
 //	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
 //	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
 //	AUTOBYTE_LINK_RATE     the hosts' link rate for the tuner (e.g. 1Gbps; default: measured)
+//	AUTOBYTE_TRACE         the binding's timeline DIR/NAME; the engine writes its pieces' to DIR/engine-NAME
 type Settings struct {
 	Spec job.Spec
 	Net  job.Net
@@ -74,6 +78,9 @@ type Settings struct {
 	Tuner string
 	// LinkRateBps is the link rate the tuner is told (0: measured).
 	LinkRateBps float64
+	// EngineTrace, if set, receives the engine's Chrome-trace timeline
+	// (each piece's QUEUE and COMMUNICATION phases).
+	EngineTrace string
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -182,6 +189,9 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		}
 	} else {
 		s.LinkRateBps = s.Net.BandwidthBps
+	}
+	if v := get("AUTOBYTE_TRACE"); v != "" {
+		s.EngineTrace = filepath.Join(filepath.Dir(v), "engine-"+filepath.Base(v))
 	}
 	return s, nil
 }
@@ -314,6 +324,7 @@ type Session struct {
 	settings Settings
 	tensors  []Tensor
 	tuning   *job.Tuning
+	trace    *observe.Observer
 
 	mu     sync.Mutex
 	closed bool
@@ -333,6 +344,19 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 		return nil, err
 	}
 	var co job.ConnectOptions
+	var trace *observe.Observer
+	if st.EngineTrace != "" {
+		if trace, err = observe.New(st.EngineTrace, st.Rank, nil); err != nil {
+			return nil, fmt.Errorf("AUTOBYTE_TRACE: %w", err)
+		}
+		// In CLOCK_MONOTONIC seconds, the clock of Python's
+		// time.perf_counter, so the plugin's timeline and this one line up.
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err == nil {
+			trace.AlignClock(time.Now(), float64(ts.Sec)+float64(ts.Nsec)/1e9)
+		}
+		co.Observer = trace
+	}
 	var tuning *job.Tuning
 	if st.Rank == 0 && st.Tuner != "" {
 		if st.Spec.Sched.PartitionBytes == 0 && st.Spec.Sched.CreditBytes == 0 {
@@ -352,17 +376,24 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 			o.BandwidthAt = func(int) float64 { return rate }
 		}
 		logTuner(st.Net.Logger, tn, &o)
-		tuning = job.NewTuning(st.Spec, o, nil)
+		var next worker.Observer
+		if trace != nil {
+			next = trace
+		}
+		tuning = job.NewTuning(st.Spec, o, next)
 		co.Observer = tuning.Observer()
 	}
 	w, err := job.ConnectWith(ctx, st.Spec, st.Rank, st.Net, co)
 	if err != nil {
+		if trace != nil {
+			_ = trace.Close()
+		}
 		return nil, err
 	}
 	if tuning != nil {
 		tuning.Attach(w.Engine)
 	}
-	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning}, nil
+	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning, trace: trace}, nil
 }
 
 // logTuner logs what rank 0's tuner does: at info level each configuration
@@ -488,6 +519,11 @@ func (s *Session) Close(ok bool, reason string) error {
 	}
 	err := s.w.Engine.Err()
 	s.w.Close(cause)
+	if s.trace != nil {
+		if terr := s.trace.Close(); terr != nil && err == nil && ok {
+			err = fmt.Errorf("bridge: engine timeline %s: %w", s.settings.EngineTrace, terr)
+		}
+	}
 	if ok {
 		return err
 	}

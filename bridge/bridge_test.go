@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,6 +51,16 @@ func TestParseSettingsDefaults(t *testing.T) {
 	if st.Net.Master != "10.0.0.1:29500" || st.Net.BandwidthBps != 125e6 {
 		t.Fatalf("net %+v: want master 10.0.0.1:29500 and 125e6 B/s", st.Net)
 	}
+	if st.EngineTrace != "" {
+		t.Fatalf("engine trace %q without AUTOBYTE_TRACE", st.EngineTrace)
+	}
+	env["AUTOBYTE_TRACE"] = "/tmp/traces/rank-2.json"
+	if st, err = ParseSettings(Request{Tensors: twoTensors}, envOf(env)); err != nil {
+		t.Fatal(err)
+	}
+	if st.EngineTrace != "/tmp/traces/engine-rank-2.json" {
+		t.Fatalf("engine trace %q, want /tmp/traces/engine-rank-2.json beside the plugin's", st.EngineTrace)
+	}
 }
 
 func TestParseSettingsErrors(t *testing.T) {
@@ -95,6 +106,11 @@ func TestOpenBadRequest(t *testing.T) {
 		if _, err := Open(context.Background(), []byte(req), envOf(nil)); err == nil {
 			t.Errorf("Open(%q) succeeded", req)
 		}
+	}
+	bad := filepath.Join(t.TempDir(), "no", "dir", "rank-0.json")
+	_, err := Open(context.Background(), []byte(`{"tensors":[{"name":"w","layer":0,"elems":4}]}`), envOf(map[string]string{"AUTOBYTE_TRACE": bad}))
+	if err == nil || !strings.Contains(err.Error(), "engine-rank-0.json") {
+		t.Errorf("Open with an unwritable AUTOBYTE_TRACE: %v, want an error naming engine-rank-0.json", err)
 	}
 }
 

@@ -89,8 +89,10 @@ func (m *Metrics) Serve(ctx context.Context, addr string) (net.Addr, error) {
 // Observer records a worker's pieces and compute into a trace and metrics;
 // either may be nil. It is safe for concurrent use.
 type Observer struct {
-	mu      sync.Mutex
-	start   time.Time
+	mu    sync.Mutex
+	start time.Time
+	// origin is added to every time written (AlignClock).
+	origin  float64
 	tw      *trace.Writer
 	file    *os.File
 	metrics *Metrics
@@ -113,7 +115,16 @@ func New(traceFile string, rank int, m *Metrics) (*Observer, error) {
 	return o, nil
 }
 
-func (o *Observer) since(t time.Time) float64 { return t.Sub(o.start).Seconds() }
+func (o *Observer) since(t time.Time) float64 { return o.origin + t.Sub(o.start).Seconds() }
+
+// AlignClock makes the trace's times those of another clock that read
+// refS seconds at ref (e.g. the Python plugin's time.perf_counter), so
+// the two timelines line up. Call it before recording anything.
+func (o *Observer) AlignClock(ref time.Time, refS float64) {
+	o.mu.Lock()
+	o.start, o.origin = ref, refS
+	o.mu.Unlock()
+}
 
 // PieceStarted records that p started after waiting queued, with inflight
 // bytes now in flight.
@@ -128,7 +139,7 @@ func (o *Observer) PieceStarted(p sched.Piece, posted, started time.Time, inflig
 	if o.tw != nil {
 		o.mu.Lock()
 		o.record(o.tw.Complete("QUEUE", "queue", 1, p.Tensor, o.since(posted), started.Sub(posted).Seconds(),
-			map[string]any{"iteration": p.Iteration, "piece": p.Index, "bytes": p.Bytes}))
+			map[string]any{"iteration": p.Iteration, "piece": p.Index, "layer": p.Layer, "bytes": p.Bytes}))
 		o.mu.Unlock()
 	}
 }

@@ -91,3 +91,47 @@ func TestBadTracePath(t *testing.T) {
 		t.Error("Serve on a bad address should fail")
 	}
 }
+
+// TestAlignClock: after AlignClock(ref, 1000), an event at ref+2ms is
+// written at 1000.002 s of the other clock.
+func TestAlignClock(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.json")
+	o, err := New(path, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := time.Now()
+	o.AlignClock(ref, 1000)
+	p := sched.Piece{PieceID: sched.PieceID{Iteration: 1, Tensor: 0}, Layer: 3, Count: 1, Bytes: 4}
+	o.PieceStarted(p, ref.Add(2*time.Millisecond), ref.Add(3*time.Millisecond), 4)
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []struct {
+			Name string         `json:"name"`
+			Ts   float64        `json:"ts"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range doc.TraceEvents {
+		if e.Name != "QUEUE" {
+			continue
+		}
+		if want := 1000.002e6; e.Ts < want-1 || e.Ts > want+1 {
+			t.Errorf("QUEUE at %v µs, want %v", e.Ts, want)
+		}
+		if e.Args["layer"] != 3.0 {
+			t.Errorf("QUEUE args %v, want layer 3", e.Args)
+		}
+		return
+	}
+	t.Fatal("no QUEUE event in the trace")
+}

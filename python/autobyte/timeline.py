@@ -12,6 +12,10 @@ Perfetto) of what its training thread did:
   layer N waited for its parameters' sums;
 * ``post`` instants: each gradient handed to the engine.
 
+Beside it, the Go engine writes ``engine-NAME``: each piece's QUEUE (posted
+to started: waiting for its turn and for credit) and COMMUNICATION (started
+to sum in place) phases, in the same clock.
+
 Times come from ``time.perf_counter`` (CLOCK_MONOTONIC on Linux), so the
 timelines of workers on one machine (the testbed, loopback) share a clock
 and can be compared; across machines they cannot.
@@ -20,7 +24,8 @@ and can be compared; across machines they cannot.
 the median step, forward, backward and waits (per layer); across workers,
 the median time from the last worker posting layer 0's gradient to the
 first waiting worker receiving its sum, the part of a step that the network
-and the servers add on the critical path.
+and the servers add on the critical path; with the engine's timelines, how
+much of it that worker's layer 0 pieces spent queued and how much in flight.
 """
 
 import argparse
@@ -119,6 +124,20 @@ class Worker:
             elif name == "post":
                 layers = self.posts.setdefault(args["step"], {})
                 layers[args["layer"]] = max(layers.get(args["layer"], ts), ts)
+        # The engine's pieces, if it wrote its timeline: step -> layer ->
+        # [(phase, t0, t1)]. Engine iteration k+1 is training step k.
+        self.pieces = {}
+        engine = os.path.join(os.path.dirname(path), "engine-" + os.path.basename(path))
+        if os.path.exists(engine):
+            for e in load(engine)["traceEvents"]:
+                if e.get("ph") != "X" or e.get("name") not in ("QUEUE", "COMMUNICATION"):
+                    continue
+                args = e.get("args", {})
+                if "layer" not in args:
+                    continue
+                t0 = e["ts"] / _US
+                self.pieces.setdefault(args["iteration"] - 1, {}).setdefault(args["layer"], []).append(
+                    (e["name"], t0, t0 + e.get("dur", 0) / _US))
 
     def steps(self):
         return sorted(set(self.forward) & set(self.backward))
@@ -151,7 +170,7 @@ def summarize(paths, skip=5):
         })
     # Layer 0's latency: its gradient of step k is posted by every worker at
     # the end of backward k; the sum gates forward k+1.
-    lat = []
+    lat, queued, flying = [], [], []
     if len(workers) > 1:
         for k in sorted(set.intersection(*[set(w.posts) for w in workers])):
             if k < skip:
@@ -164,8 +183,19 @@ def summarize(paths, skip=5):
                    if 0 in w.waits.get(k + 1, {}) and w.waits[k + 1][0][0] < last]
             if got:
                 lat.append(min(got) - last)
+            # The last worker to post: how long its layer 0 pieces queued,
+            # and how long from the first start to the last sum in place.
+            pieces = workers[posted.index(last)].pieces.get(k, {}).get(0, [])
+            q = [b - a for ph, a, b in pieces if ph == "QUEUE"]
+            c = [(a, b) for ph, a, b in pieces if ph == "COMMUNICATION"]
+            if q and c:
+                queued.append(max(q))
+                flying.append(max(b for _, b in c) - min(a for a, _ in c))
     out["layer0_latency_s"] = _median(lat)
     out["layer0_latency_samples"] = len(lat)
+    if queued:
+        out["layer0_last_poster_queued_s"] = _median(queued)
+        out["layer0_last_poster_in_flight_s"] = _median(flying)
     return out
 
 
@@ -207,6 +237,9 @@ def main(argv=None):
     if s["layer0_latency_samples"]:
         print("layer 0: its sum reached a waiting worker %s (median of %d steps) after the last worker posted it" % (
             ms(s["layer0_latency_s"]), s["layer0_latency_samples"]))
+    if "layer0_last_poster_queued_s" in s:
+        print("layer 0 on the last worker to post it (engine timelines): queued %s, then %s from start to sum in place" % (
+            ms(s["layer0_last_poster_queued_s"]), ms(s["layer0_last_poster_in_flight_s"])))
     return 0
 
 

@@ -229,7 +229,17 @@ class _Session:
         if state_elems:
             self.state_tensor = len(tensors)
             tensors.append({"name": "(broadcast state)", "layer": len(self.layer_params), "elems": state_elems})
-        self.engine = Engine(tensors, dict(_settings))
+        trace = _trace.get("path") or os.environ.get("AUTOBYTE_TRACE")
+        self.timeline = Timeline(trace, self.me) if trace else None
+        settings = dict(_settings)
+        if trace:
+            settings["AUTOBYTE_TRACE"] = trace  # the engine writes engine-NAME beside it
+        try:
+            self.engine = Engine(tensors, settings)
+        except BaseException:
+            if self.timeline is not None:
+                self.timeline.close()
+            raise
 
         # Per parameter: the engine's buffer, and an optimizer instance of the
         # same class over that parameter alone, sharing the state.
@@ -263,8 +273,6 @@ class _Session:
         # MultiheadAttention reads out_proj.weight itself). The first forward
         # pass records which modules run; at the first step, each layer whose
         # module did not run is applied by its nearest ancestor that did.
-        trace = _trace.get("path") or os.environ.get("AUTOBYTE_TRACE")
-        self.timeline = Timeline(trace, self.me) if trace else None
         self.forward_began = self.backward_began = None
         if self.engine.tuning or self.timeline is not None:
             # Rank 0 tunes: the engine measures the steps' compute.

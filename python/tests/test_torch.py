@@ -310,7 +310,7 @@ class Timelines(unittest.TestCase):
         steps = 8
         run_ok(self, ["--workers", "2", "--servers", "1", "--trace", d],
                ["--backend", "autobyte", "--model", "smooth", "--optimizer", "sgd", "--iterations", str(steps)])
-        self.assertEqual(sorted(os.listdir(d)), ["rank-0.json", "rank-1.json"])
+        self.assertEqual(sorted(os.listdir(d)), ["engine-rank-0.json", "engine-rank-1.json", "rank-0.json", "rank-1.json"])
         for r in range(2):
             with open(os.path.join(d, "rank-%d.json" % r)) as f:
                 doc = json.load(f)  # complete JSON: the worker closed it
@@ -338,6 +338,21 @@ class Timelines(unittest.TestCase):
             posts = [e for e in ev if e["name"] == "post"]
             self.assertEqual(len(posts), 6 * steps)
             self.assertEqual({e["args"]["layer"] for e in posts}, {0, 1, 2})
+            # The engine's timeline is in the same clock: every layer's last
+            # piece is in place before the forward pass that waited for it
+            # stops waiting, and after the gradient was posted.
+            w = timeline.Worker(os.path.join(d, "rank-%d.json" % r))
+            self.assertEqual(sorted(k for k in w.pieces if k >= 0), list(range(steps)))
+            for k in range(steps):
+                self.assertEqual(sorted(w.pieces[k]), [0, 1, 2])
+                for layer, ps in w.pieces[k].items():
+                    done = max(b for ph, _, b in ps if ph == "COMMUNICATION")
+                    queued = min(a for ph, a, _ in ps if ph == "QUEUE")
+                    self.assertGreaterEqual(queued, bwd[k][0] / 1e6 - 0.002)
+                    self.assertLess(queued, done)
+                    if k + 1 < steps:
+                        self.assertLessEqual(done, w.waits[k + 1][layer][1] + 0.001,
+                                             "rank %d step %d layer %d: sum in place after the wait ended" % (r, k, layer))
         s = timeline.summarize([os.path.join(d, "rank-%d.json" % r) for r in range(2)], skip=1)
         self.assertEqual([w["rank"] for w in s["workers"]], [0, 1])
         for w in s["workers"]:
@@ -347,6 +362,8 @@ class Timelines(unittest.TestCase):
             self.assertLessEqual(w["wait_s"], w["forward_s"])
         if s["layer0_latency_samples"]:
             self.assertGreaterEqual(s["layer0_latency_s"], 0)
+        self.assertGreaterEqual(s["layer0_last_poster_queued_s"], 0)
+        self.assertGreater(s["layer0_last_poster_in_flight_s"], 0)
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
         r = subprocess.run([PY, "-m", "autobyte.timeline", d], cwd=ROOT, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
