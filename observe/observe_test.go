@@ -27,25 +27,8 @@ func TestTraceAndMetrics(t *testing.T) {
 	o.PieceStarted(p, t0, t0.Add(2*time.Millisecond), 4000)
 	o.PieceDone(p, t0.Add(2*time.Millisecond), t0.Add(5*time.Millisecond), 0)
 	o.Iteration(0, 10*time.Millisecond)
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []struct {
-			Name string  `json:"name"`
-			Ph   string  `json:"ph"`
-			Dur  float64 `json:"dur"`
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatalf("trace is not JSON: %v", err)
-	}
 	names := map[string]float64{}
-	for _, e := range doc.TraceEvents {
+	for _, e := range closeAndRead(t, o, path) {
 		if e.Ph == "X" {
 			names[e.Name] = e.Dur
 		}
@@ -104,24 +87,7 @@ func TestAlignClock(t *testing.T) {
 	o.AlignClock(ref, 1000)
 	p := sched.Piece{PieceID: sched.PieceID{Iteration: 1, Tensor: 0}, Layer: 3, Count: 1, Bytes: 4}
 	o.PieceStarted(p, ref.Add(2*time.Millisecond), ref.Add(3*time.Millisecond), 4)
-	if err := o.Close(); err != nil {
-		t.Fatal(err)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var doc struct {
-		TraceEvents []struct {
-			Name string         `json:"name"`
-			Ts   float64        `json:"ts"`
-			Args map[string]any `json:"args"`
-		} `json:"traceEvents"`
-	}
-	if err := json.Unmarshal(data, &doc); err != nil {
-		t.Fatal(err)
-	}
-	for _, e := range doc.TraceEvents {
+	for _, e := range closeAndRead(t, o, path) {
 		if e.Name != "QUEUE" {
 			continue
 		}
@@ -134,4 +100,31 @@ func TestAlignClock(t *testing.T) {
 		return
 	}
 	t.Fatal("no QUEUE event in the trace")
+}
+
+type traceEvent struct {
+	Name string         `json:"name"`
+	Ph   string         `json:"ph"`
+	Ts   float64        `json:"ts"`
+	Dur  float64        `json:"dur"`
+	Args map[string]any `json:"args"`
+}
+
+// closeAndRead closes o and returns the events of its trace at path.
+func closeAndRead(t *testing.T, o *Observer, path string) []traceEvent {
+	t.Helper()
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		TraceEvents []traceEvent `json:"traceEvents"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("trace is not JSON: %v", err)
+	}
+	return doc.TraceEvents
 }
