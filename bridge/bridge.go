@@ -376,11 +376,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 			o.BandwidthAt = func(int) float64 { return rate }
 		}
 		logTuner(st.Net.Logger, tn, &o)
-		var next worker.Observer
-		if trace != nil {
-			next = trace
-		}
-		tuning = job.NewTuning(st.Spec, o, next)
+		tuning = job.NewTuning(st.Spec, o, co.Observer)
 		co.Observer = tuning.Observer()
 	}
 	w, err := job.ConnectWith(ctx, st.Spec, st.Rank, st.Net, co)

@@ -56,7 +56,6 @@ class Timeline:
             self.f = open(path, "w")
         except OSError as e:
             raise AutobyteError("autobyte: cannot write the timeline AUTOBYTE_TRACE=%s: %s" % (path, e)) from None
-        self.path = path
         self.pid = rank
         self.f.write('{"displayTimeUnit":"ms","otherData":{"clock":"CLOCK_MONOTONIC","rank":%d},"traceEvents":[\n' % rank)
         self._event({"name": "process_name", "ph": "M", "pid": rank, "tid": 0, "args": {"name": "rank %d" % rank}})

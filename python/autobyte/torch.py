@@ -54,7 +54,6 @@ __all__ = ["init", "rank", "size", "DistributedOptimizer", "shutdown", "Autobyte
 SUPPORTED_OPTIMIZERS = (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW)
 
 _settings = {}
-_trace = {}  # "path": the timeline file set by init(trace=...)
 _initialised = False
 _sessions = []  # weak references to live _Session objects
 
@@ -85,9 +84,6 @@ def init(**settings):
     for k, v in settings.items():
         if k not in known:
             raise AutobyteError("autobyte.init: unknown setting %r (known: %s)" % (k, ", ".join(sorted(known))))
-        if k == "trace":
-            _trace["path"] = str(v)
-            continue
         _settings["AUTOBYTE_" + k.upper()] = str(v)
     r, n = rank(), size()
     if r >= n:
@@ -229,13 +225,11 @@ class _Session:
         if state_elems:
             self.state_tensor = len(tensors)
             tensors.append({"name": "(broadcast state)", "layer": len(self.layer_params), "elems": state_elems})
-        trace = _trace.get("path") or os.environ.get("AUTOBYTE_TRACE")
+        # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
+        trace = _settings.get("AUTOBYTE_TRACE") or os.environ.get("AUTOBYTE_TRACE")
         self.timeline = Timeline(trace, self.me) if trace else None
-        settings = dict(_settings)
-        if trace:
-            settings["AUTOBYTE_TRACE"] = trace  # the engine writes engine-NAME beside it
         try:
-            self.engine = Engine(tensors, settings)
+            self.engine = Engine(tensors, dict(_settings))
         except BaseException:
             if self.timeline is not None:
                 self.timeline.close()
@@ -275,7 +269,8 @@ class _Session:
         # module did not run is applied by its nearest ancestor that did.
         self.forward_began = self.backward_began = None
         if self.engine.tuning or self.timeline is not None:
-            # Rank 0 tunes: the engine measures the steps' compute.
+            # Rank 0 tunes (the engine measures the steps' compute), or the
+            # timeline records the forward passes.
             self.hooks.append(model.register_forward_pre_hook(self._mark_forward_begin))
             self.hooks.append(model.register_forward_hook(self._mark_forward_end))
         self.forward_marked = -1
@@ -433,11 +428,9 @@ class _Session:
         """Waits for layer's sums of iteration k and applies the update."""
         if k < 0 or self.applied[layer] >= k:
             return
-        if self.timeline is None:
-            self.engine.wait_layer(layer, self._engine_iter(k))
-        else:
-            t0 = now()
-            self.engine.wait_layer(layer, self._engine_iter(k))
+        t0 = now()
+        self.engine.wait_layer(layer, self._engine_iter(k))
+        if self.timeline is not None:
             # The forward of step k+1 waits for the sums of step k.
             self.timeline.span("wait layer %d" % layer, "wait", t0, now(), layer=layer, step=k + 1)
         hyper = self.hyper[k]
