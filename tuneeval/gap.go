@@ -9,7 +9,12 @@ package tuneeval
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
 
+	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 )
@@ -100,4 +105,97 @@ func GapSuite() []Scenario {
 		{Model: "bert-base", Arch: "ps", Workers: 8, Servers: 8, Bandwidth: "100Gbps", Trace: bw10x, Kind: "bw10x", Iterations: iterations},
 		{Model: "transformer", Arch: "allreduce", Workers: 16, Bandwidth: "100Gbps", Trace: bw10x, Kind: "bw10x", Iterations: iterations},
 	})...)
+}
+
+// RandomGapSuite draws n changing scenarios from seed, to search for room
+// for a tuner beyond the hand-picked GapSuite. Each has three phases of
+// randomPhase iterations, the middle one under changed conditions:
+//
+//   - a zoo model (toy3 excepted), parameter servers or ring all-reduce
+//     (even odds);
+//   - 2, 4, 8 or 16 workers (even odds); for parameter servers N, N/2 or
+//     N/4 servers (at least 1);
+//   - a link rate of 1-100 Gbps and a compute speed of 1/4-4x the
+//     profile's (both log-uniform), in force for the whole run;
+//   - the change (even odds): the bandwidth drops 2-20x, or compute
+//     slows down 2-8x (log-uniform), and comes back for the third phase.
+//
+// The space was fixed before any of these scenarios was run. Names are
+// rNN-MODEL-ARCH-Nw-bwFx or -computeFx, so they are unique and say what
+// changes.
+func RandomGapSuite(n int, seed uint64) []Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0x676170)) // "gap"
+	logU := func(lo, hi float64) float64 { return lo * math.Exp(rng.Float64()*math.Log(hi/lo)) }
+	models := slices.DeleteFunc(model.Zoo(), func(m string) bool { return m == "toy3" })
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }
+	out := make([]Scenario, 0, n)
+	for i := range n {
+		s := Scenario{Model: models[rng.IntN(len(models))], Arch: "ps", Iterations: 3 * randomPhase}
+		if rng.IntN(2) == 1 {
+			s.Arch = "allreduce"
+		}
+		s.Workers = []int{2, 4, 8, 16}[rng.IntN(4)]
+		if s.Arch == "ps" {
+			s.Servers = max(1, s.Workers/[]int{1, 2, 4}[rng.IntN(3)])
+		}
+		rate := logU(1, 100) // Gbps
+		speed := logU(0.25, 4)
+		s.Bandwidth = g(rate) + "Gbps"
+		var kind string
+		if rng.IntN(2) == 0 {
+			f := logU(2, 20)
+			kind = "bw" + g(f) + "x"
+			s.Trace = fmt.Sprintf("0:%sGbps,%d:%sGbps,%d:%sGbps", g(rate), randomPhase, g(rate/f), 2*randomPhase, g(rate))
+			s.ComputeTrace = "0:" + g(1/speed)
+		} else {
+			f := logU(2, 8)
+			kind = "compute" + g(f) + "x"
+			s.ComputeTrace = fmt.Sprintf("0:%s,%d:%s,%d:%s", g(1/speed), randomPhase, g(f/speed), 2*randomPhase, g(1/speed))
+		}
+		s.Kind = kind
+		s.Name = fmt.Sprintf("r%02d-%s-%s-%dw-%s", i, s.Model, s.Arch, s.Workers, kind)
+		out = append(out, s)
+	}
+	return out
+}
+
+// randomPhase is the length of each of a RandomGapSuite scenario's three
+// phases, in iterations.
+const randomPhase = 100
+
+// GapSummary sums up Gap's results over scenarios.
+type GapSummary struct {
+	N int
+	// MedianPct and BestPct are the median and the lowest (the oracle's
+	// largest gain) of OracleVsBestStaticPct; BestName is that scenario.
+	MedianPct, BestPct float64
+	BestName           string
+	// AtLeast15 counts the scenarios where the oracle is at least 15%
+	// faster than the best static configuration.
+	AtLeast15 int
+}
+
+// SummarizeGaps sums up gs (the zero summary for none).
+func SummarizeGaps(gs []*GapResult) GapSummary {
+	if len(gs) == 0 {
+		return GapSummary{}
+	}
+	s := GapSummary{N: len(gs), BestPct: math.Inf(1)}
+	pcts := make([]float64, 0, len(gs))
+	for _, g := range gs {
+		pcts = append(pcts, g.OracleVsBestStaticPct)
+		if g.OracleVsBestStaticPct < s.BestPct {
+			s.BestPct, s.BestName = g.OracleVsBestStaticPct, g.Scenario.Name
+		}
+		if g.OracleVsBestStaticPct <= -15 {
+			s.AtLeast15++
+		}
+	}
+	slices.Sort(pcts)
+	if n := len(pcts); n%2 == 1 {
+		s.MedianPct = pcts[n/2]
+	} else {
+		s.MedianPct = (pcts[n/2-1] + pcts[n/2]) / 2
+	}
+	return s
 }

@@ -17,12 +17,13 @@ import (
 type Options struct {
 	// Out is the directory the table, JSON and plots are written to.
 	Out string
-	// Quick runs QuickSuite instead of DefaultSuite.
-	Quick bool
+	// Quick runs QuickSuite instead of DefaultSuite, and Long LongSuite
+	// (at most one of them).
+	Quick, Long bool
 	// Parallel is how many simulations run at once (>= 1).
 	Parallel int
 	// BOTrial is BO's TrialIterations (0: 20, a fifth of ByteScheduler's
-	// 100, or 6 with Quick). BO's ApplyDelay scales with it: max(Lead,
+	// 100, or 6 with Quick, or the released 100 with Long). BO's ApplyDelay scales with it: max(Lead,
 	// BOTrial/10), so 100 gives the released 100 + 10 per trial.
 	BOTrial int
 	// Only keeps the named scenarios (comma-separated; "" for all).
@@ -38,6 +39,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--out must name a directory, got %q", o.Out)
 	case o.Parallel < 1:
 		return fmt.Errorf("--parallel must be >= 1, got %d", o.Parallel)
+	case o.Quick && o.Long:
+		return fmt.Errorf("--quick and --long choose different suites; give at most one")
 	case o.BOTrial != 0 && o.BOTrial < 6:
 		return fmt.Errorf("--bo-trial must be >= 6 iterations (BO drops 5 per trial), got %d", o.BOTrial)
 	}
@@ -46,8 +49,11 @@ func (o Options) Validate() error {
 }
 
 func (o Options) suite() []Scenario {
-	if o.Quick {
+	switch {
+	case o.Quick:
 		return QuickSuite()
+	case o.Long:
+		return LongSuite()
 	}
 	return DefaultSuite()
 }
@@ -55,9 +61,13 @@ func (o Options) suite() []Scenario {
 func (o Options) boTrial() (trial, delay int) {
 	trial = o.BOTrial
 	if trial == 0 {
-		trial = 20
-		if o.Quick {
+		switch {
+		case o.Quick:
 			trial = 6
+		case o.Long:
+			trial = 100
+		default:
+			trial = 20
 		}
 	}
 	return trial, max(tune.Lead, trial/10)
@@ -162,8 +172,11 @@ func Evaluate(o Options) (*Report, error) {
 	trial, delay := o.boTrial()
 	cands := Candidates()
 	name := "default"
-	if o.Quick {
+	switch {
+	case o.Quick:
 		name = "quick"
+	case o.Long:
+		name = "long"
 	}
 	rep := &Report{Suite: name, BOTrial: trial, BOApplyDelay: delay, Candidates: len(cands), Parallel: par}
 	opts := make([]sim.Options, len(suite))

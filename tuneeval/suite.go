@@ -218,6 +218,25 @@ func QuickSuite() []Scenario {
 	})
 }
 
+// LongSuite runs BO at its released timing: 15 trials of 100 iterations
+// and 10 of apply delay, frozen after 1,650 iterations. Its scenarios are
+// two of DefaultSuite's changing ones stretched to 3,000 iterations, with
+// phases of 1,000, so that BO explores through the first phase and into
+// the second and keeps its frozen choice through the third:
+// resnet50-ps-8w-change (10 -> 2 -> 10 Gbps) and vgg16-ps-8w-bw10x
+// (100 -> 10 -> 100 Gbps).
+func LongSuite() []Scenario {
+	const n = 3 * longPhase
+	trace := func(a, b string) string { return fmt.Sprintf("0:%s,%d:%s,%d:%s", a, longPhase, b, 2*longPhase, a) }
+	return named([]Scenario{
+		{Model: "resnet50", Arch: "ps", Workers: 8, Servers: 8, Bandwidth: "10Gbps", Trace: trace("10Gbps", "2Gbps"), Kind: "change-long", Iterations: n},
+		{Model: "vgg16", Arch: "ps", Workers: 8, Servers: 8, Bandwidth: "100Gbps", Trace: trace("100Gbps", "10Gbps"), Kind: "bw10x-long", Iterations: n},
+	})
+}
+
+// longPhase is the length of each of a LongSuite scenario's three phases.
+const longPhase = 1000
+
 // named gives each scenario its name: model-arch-workers-KIND
 // [-straggler], KIND being Kind or else steady or change.
 func named(s []Scenario) []Scenario {

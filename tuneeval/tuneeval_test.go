@@ -160,6 +160,8 @@ func TestBadOptions(t *testing.T) {
 		{Options{Out: "x", Parallel: -3}, "got -3"},
 		{Options{Out: "x", Parallel: 1, BOTrial: 3}, "--bo-trial must be >= 6 iterations (BO drops 5 per trial), got 3"},
 		{Options{Out: "x", Parallel: 1, Only: "resnet50-ps-8w-steady,nope"}, `--only: unknown scenario "nope"`},
+		{Options{Out: "x", Parallel: 1, Quick: true, Long: true}, "--quick and --long"},
+		{Options{Out: "x", Parallel: 1, Long: true, Only: "resnet50-ps-8w-change"}, `unknown scenario "resnet50-ps-8w-change"`},
 	} {
 		err := c.o.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -168,6 +170,29 @@ func TestBadOptions(t *testing.T) {
 		if _, err := Evaluate(c.o); err == nil {
 			t.Errorf("%+v: Evaluate did not fail", c.o)
 		}
+	}
+}
+
+// TestLongSuite: the long suite's scenarios are valid, changing, long
+// enough for BO's released timing to freeze (15 trials of 100 + 10
+// iterations) in the second of their three phases, and --long gives BO
+// that timing.
+func TestLongSuite(t *testing.T) {
+	const frozen = 15 * (100 + 10)
+	for _, s := range LongSuite() {
+		if _, err := s.Options(); err != nil {
+			t.Fatal(err)
+		}
+		ph := s.Phases()
+		if !s.Changing() || len(ph) != 3 || ph[1].From >= frozen || ph[1].To <= frozen {
+			t.Errorf("%s: changing %v, phases %v; want three, BO freezing (iteration %d) in the second", s.Name, s.Changing(), ph, frozen)
+		}
+		if !strings.HasSuffix(s.Name, "-long") {
+			t.Errorf("%s: the name does not say it is long", s.Name)
+		}
+	}
+	if trial, delay := (Options{Long: true}).boTrial(); trial != 100 || delay != 10 {
+		t.Errorf("--long: BO trials of %d iterations + %d of delay, want the released 100 + 10", trial, delay)
 	}
 }
 

@@ -193,6 +193,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"tune", "gap", "--message-cost", "0,-1us"}, `--message-cost: duration "-1us"`},
 		{[]string{"tune", "gap", "--only", "nosuch"}, `"nosuch"`},
 		{[]string{"tune", "gap", "--parallel", "0"}, "got 0"},
+		{[]string{"tune", "gap", "--random", "-2"}, "--random must be >= 0, got -2"},
+		{[]string{"tune", "gap", "--random", "3", "--only", "resnet50-ps-8w-change"}, `"resnet50-ps-8w-change"`},
 		{[]string{"sim", "--model", "toy3", "--workers", "0"}, "got 0"},
 		{[]string{"sim", "--model", "toy3", "--workers", "-3"}, "got -3"},
 		{[]string{"sim", "--model", "toy3", "--workers", "abc"}, `"abc"`},

@@ -22,7 +22,8 @@ configuration in hindsight and a per-phase oracle (both over the autobyte
 tuner's candidate grid). It writes results.md, results.json and, per scenario,
 NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 		Example: `  autobyte tune eval --out eval/
-  autobyte tune eval --quick --out /tmp/eval`,
+  autobyte tune eval --quick --out /tmp/eval
+  autobyte tune eval --long --out eval-long/   # BO at its released timing, 3,000-iteration runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = cmd.ErrOrStderr()
@@ -40,8 +41,9 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.Out, "out", "tune-eval", "directory for results.md, results.json and the PNG plots")
 	fs.BoolVar(&o.Quick, "quick", false, "run the small quick suite (2 short scenarios) instead of the default one")
+	fs.BoolVar(&o.Long, "long", false, "run the long suite (2 scenarios of 3,000 iterations; bo at its released 100-iteration trials, frozen after 1,650) instead of the default one")
 	fs.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
-	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick); the apply delay is max(2, this/10)")
+	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick; 100 with --long); the apply delay is max(2, this/10)")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario names to run (default all)")
 	return cmd
 }

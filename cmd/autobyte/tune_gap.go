@@ -16,7 +16,8 @@ import (
 
 func newTuneGapCmd() *cobra.Command {
 	var costs, only string
-	var parallel int
+	var parallel, random int
+	var seed uint64
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "gap",
@@ -27,10 +28,14 @@ per-phase oracle exactly as 'tune eval' does, and runs the oracle: the most any
 tuner could gain by following the changes. It runs the changing scenarios of
 tune eval's suite and three more with a 100 -> 10 -> 100 Gbps swing
 (tuneeval.GapSuite), under each --message-cost (the simulator's fixed time per
-message; scripts/message-cost.sh measures the runtime's). It prints one
-Markdown row per scenario and cost, or JSON.`,
+message; scripts/message-cost.sh measures the runtime's). With --random N it
+runs N scenarios drawn from --seed over a wider space instead
+(tuneeval.RandomGapSuite: zoo models, 2-16 workers, 1-100 Gbps, compute 1/4-4x,
+a 2-20x bandwidth drop or a 2-8x compute slowdown). It prints one Markdown row
+per scenario and cost and a summary, or JSON.`,
 		Example: `  autobyte tune gap --message-cost 0,15us
-  autobyte tune gap --message-cost 15us --only vgg16-ps-8w-bw10x --json`,
+  autobyte tune gap --message-cost 15us --only vgg16-ps-8w-bw10x --json
+  autobyte tune gap --random 40 --seed 1 --message-cost 0,15us`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if parallel < 1 {
@@ -44,7 +49,14 @@ Markdown row per scenario and cost, or JSON.`,
 				}
 				cs = append(cs, c)
 			}
-			suite, err := tuneeval.Select(tuneeval.GapSuite(), only)
+			if random < 0 {
+				return fmt.Errorf("--random must be >= 0, got %d", random)
+			}
+			suite := tuneeval.GapSuite()
+			if random > 0 {
+				suite = tuneeval.RandomGapSuite(random, seed)
+			}
+			suite, err := tuneeval.Select(suite, only)
 			if err != nil {
 				return err
 			}
@@ -70,6 +82,7 @@ Markdown row per scenario and cost, or JSON.`,
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(out)
 			}
+			writeGapSummary(cmd.OutOrStdout(), out)
 			return nil
 		},
 	}
@@ -78,6 +91,8 @@ Markdown row per scenario and cost, or JSON.`,
 	fs.StringVar(&only, "only", "", "comma-separated scenario names to run (default all)")
 	fs.IntVar(&parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.BoolVar(&asJSON, "json", false, "print one JSON array")
+	fs.IntVar(&random, "random", 0, "run this many scenarios drawn from --seed (tuneeval.RandomGapSuite) instead of the gap suite")
+	fs.Uint64Var(&seed, "seed", 1, "seed of --random's scenarios")
 	return cmd
 }
 
@@ -94,4 +109,24 @@ func writeGapRow(w io.Writer, g *tuneeval.GapResult) {
 	fmt.Fprintf(w, "| %s | %s | %.4f | %.4f | %.4f | %+.1f%% | %s | %s |\n", g.Scenario.Name, units.FormatSeconds(g.MessageCostS),
 		g.ByteSchedulerMeanS, g.BestStaticMeanS, g.OracleMeanS, g.OracleVsBestStaticPct, tuneeval.ConfigString(g.BestStaticConfig),
 		strings.Join(cfgs, " → "))
+}
+
+// writeGapSummary prints, per message cost, the median and the largest
+// gain of the oracle over the best static configuration and how many
+// scenarios reach the 15% the acceptance asks of the tuner.
+func writeGapSummary(w io.Writer, gs []*tuneeval.GapResult) {
+	byCost := map[float64][]*tuneeval.GapResult{}
+	var costs []float64
+	for _, g := range gs {
+		if _, ok := byCost[g.MessageCostS]; !ok {
+			costs = append(costs, g.MessageCostS)
+		}
+		byCost[g.MessageCostS] = append(byCost[g.MessageCostS], g)
+	}
+	fmt.Fprintln(w)
+	for _, c := range costs {
+		s := tuneeval.SummarizeGaps(byCost[c])
+		fmt.Fprintf(w, "At %s per message, %d scenarios: oracle vs best static median %+.1f%%, best %+.1f%% (%s); %d at -15%% or better.\n",
+			units.FormatSeconds(c), s.N, s.MedianPct, s.BestPct, s.BestName, s.AtLeast15)
+	}
 }
