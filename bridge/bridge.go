@@ -387,7 +387,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 		return nil, err
 	}
 	if tuning != nil {
-		tuning.Attach(w.Engine)
+		tuning.Attach(w)
 	}
 	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning, trace: trace}, nil
 }

@@ -312,7 +312,10 @@ type TuningOptions struct {
 	// link's rate).
 	BandwidthAt func(k int) float64
 	// RoundTripS is the configured round trip between two hosts (twice the
-	// one-way latency), 0 if unknown (the tuner then assumes its default).
+	// one-way latency); 0 means measure it: the statistics then carry the
+	// kernel's shortest round trip on rank 0's data connections
+	// (Worker.RoundTripS), or 0 if none (the tuner then assumes its
+	// default).
 	RoundTripS float64
 	// OnStats, if set, sees every iteration's statistics after the tuner
 	// did, and OnChange every configuration change rank 0 applied.
@@ -325,13 +328,20 @@ type tuneLoop struct {
 	o       TuningOptions
 	context tune.Stats
 	engine  *worker.Engine
-	configs []ConfigChange
-	stats   []tune.Stats
-	err     error
+	// roundTripS measures the round trip when none is configured.
+	roundTripS func() float64
+	configs    []ConfigChange
+	stats      []tune.Stats
+	err        error
 }
 
 func newTuneLoop(o TuningOptions, spec Spec) *tuneLoop {
 	return &tuneLoop{o: o, context: StatsContext(spec), configs: []ConfigChange{{FromIteration: 0, Config: spec.Sched}}}
+}
+
+// attach gives the loop the worker it reconfigures and measures.
+func (l *tuneLoop) attach(w *Worker) {
+	l.engine, l.roundTripS = w.Engine, w.RoundTripS
 }
 
 // configAt is the configuration in force for iteration k's tasks.
@@ -351,6 +361,9 @@ func (l *tuneLoop) observe(ms Measurement) {
 	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationTimeS, m.ForwardS, m.BackwardS
 	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
 	st.Config, st.RoundTripS = l.configAt(k), l.o.RoundTripS
+	if !(st.RoundTripS > 0) && l.roundTripS != nil {
+		st.RoundTripS = l.roundTripS()
+	}
 	if l.o.BandwidthAt != nil {
 		st.BandwidthBps = l.o.BandwidthAt(k)
 	}

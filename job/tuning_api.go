@@ -14,7 +14,7 @@ import (
 // the loop measures the statistics (StatsCollector) and applies the tuner's
 // proposals with Engine.Reconfigure.
 //
-// Use: t := NewTuning(spec, o, observer); w, _ := ConnectWith(..., ConnectOptions{Observer: t.Observer()}); t.Attach(w.Engine).
+// Use: t := NewTuning(spec, o, observer); w, _ := ConnectWith(..., ConnectOptions{Observer: t.Observer()}); t.Attach(w).
 type Tuning struct {
 	loop      *tuneLoop
 	collector *StatsCollector
@@ -40,8 +40,9 @@ func NewTuning(spec Spec, o TuningOptions, next worker.Observer) *Tuning {
 // Observer is what ConnectWith must be given.
 func (t *Tuning) Observer() worker.Observer { return t.collector }
 
-// Attach gives the loop the engine it reconfigures.
-func (t *Tuning) Attach(e *worker.Engine) { t.loop.engine = e }
+// Attach gives the loop the worker it reconfigures and whose round trip
+// it measures.
+func (t *Tuning) Attach(w *Worker) { t.loop.attach(w) }
 
 // ForwardBegin and ForwardEnd bracket the forward pass of iteration k;
 // ForwardEnd of k ends iteration k-1 and runs the tuner, so it must be

@@ -209,11 +209,13 @@ func TestTunedExactness(t *testing.T) {
 		arch             worker.Arch
 		workers, servers int
 		pull             bool
+		// roundTripS is the configured round trip (0: measured).
+		roundTripS float64
 	}
-	cases := []tc{{worker.PS, 2, 2, false}, {worker.PS, 3, 1, true}, {worker.AllReduce, 3, 0, false}, {worker.AllReduce, 1, 0, false}}
+	cases := []tc{{worker.PS, 2, 2, false, 0}, {worker.PS, 3, 1, true, 2e-3}, {worker.AllReduce, 3, 0, false, 0}, {worker.AllReduce, 1, 0, false, 0}}
 	if testing.Short() {
 		cases = cases[:1:1]
-		cases = append(cases, tc{worker.AllReduce, 3, 0, false})
+		cases = append(cases, tc{worker.AllReduce, 3, 0, false, 0})
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("arch%d/w%d/s%d/pull%v", c.arch, c.workers, c.servers, c.pull), func(t *testing.T) {
@@ -226,7 +228,7 @@ func TestTunedExactness(t *testing.T) {
 			spec := Spec{Profile: p, Arch: c.arch, Workers: c.workers, Servers: c.servers, Iterations: iterations, PullMode: c.pull,
 				ShardBytes: 64_000, Sched: base}
 			var changes []ConfigChange
-			sums, err := runTunedCluster(t, spec, TuningOptions{Tuner: tuner, BandwidthAt: rate,
+			sums, err := runTunedCluster(t, spec, TuningOptions{Tuner: tuner, BandwidthAt: rate, RoundTripS: c.roundTripS,
 				OnChange: func(ch ConfigChange) { changes = append(changes, ch) }})
 			if err != nil {
 				t.Fatal(err)
@@ -258,6 +260,15 @@ func TestTunedExactness(t *testing.T) {
 				if st.Iteration != k || st.Config != inForce || st.BandwidthBps != rate(k) || st.Workers != c.workers ||
 					st.ModelBytes != 4*elems || !(st.IterationTimeS > 0) || (c.workers > 1 || c.arch == worker.PS) != (st.GoodputBps > 0) || st.Overlap < 0 || st.Overlap > 1 {
 					t.Errorf("stats of iteration %d: %+v (config in force %+v)", k, st, inForce)
+				}
+				// A configured round trip is passed on; otherwise the
+				// kernel's on loopback (microseconds), or none
+				// for a one-worker ring, which has no data connection.
+				switch {
+				case c.roundTripS > 0 && st.RoundTripS != c.roundTripS,
+					c.roundTripS == 0 && c.workers > 1 && !(st.RoundTripS > 0 && st.RoundTripS < 2e-3),
+					c.workers == 1 && st.RoundTripS != 0:
+					t.Errorf("iteration %d: round trip %v s (configured %v s)", k, st.RoundTripS, c.roundTripS)
 				}
 			}
 			for _, s := range sums[1:] {

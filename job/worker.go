@@ -54,7 +54,7 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 	}()
 	ro := worker.ReplayOptions{Iterations: spec.Iterations, Verify: o.Verify, OnIteration: o.OnIteration, ComputeScale: o.ComputeScaleAt}
 	if loop != nil {
-		loop.engine = w.Engine
+		loop.attach(w)
 		ro.OnIteration = func(k int, d time.Duration) {
 			if o.OnIteration != nil {
 				o.OnIteration(k, d)
@@ -89,11 +89,32 @@ type Worker struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	conns  []*transport.Conn
-	cfg    worker.Config
+	// data are the connections pieces travel on: to the servers, or to
+	// the ring's neighbours.
+	data []*transport.Conn
+	cfg  worker.Config
 	// ctlServers are rank 0's control connections to the servers.
 	ctlServers []*transport.Conn
 	ring       *allreduce.Ring
 	ringDone   chan struct{} // closed when the ring's Run returned
+}
+
+// RoundTripS is the shortest round trip the kernel has seen on any of the
+// worker's data connections (TCP_INFO's minimum; transport.Conn.RoundTrip),
+// in seconds: the network's latency without queueing. It is 0 when there
+// is none to measure (a one-worker ring) or the kernel cannot say.
+func (w *Worker) RoundTripS() float64 {
+	best := 0.0
+	for _, c := range w.data {
+		rt, err := c.RoundTrip()
+		if err != nil || rt.Min <= 0 {
+			continue
+		}
+		if s := rt.Min.Seconds(); best == 0 || s < best {
+			best = s
+		}
+	}
+	return best
 }
 
 // cause prefers the reason the job stopped (a lost peer) over the error a
@@ -252,6 +273,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 			}
 			conns = append(conns, c)
 			ecfg.Servers = append(ecfg.Servers, c)
+			w.data = append(w.data, c)
 		}
 	case worker.AllReduce:
 		if spec.Workers > 1 {
@@ -275,6 +297,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 				return nil, fmt.Errorf("job: worker %d: waiting for the previous rank: %w", o.Rank, a.err)
 			}
 			conns = append(conns, a.c)
+			w.data = append(w.data, nc, a.c)
 			ring, err = allreduce.New(allreduce.Options{Rank: o.Rank, Size: spec.Workers, Next: nc, Prev: a.c, Logger: n.Logger})
 			if err != nil {
 				return nil, err

@@ -55,7 +55,15 @@ var MetaFeatureNames = []string{
 const metaNumFeatures = 22
 
 // metaDefaultRTT is the round trip assumed when the statistics carry none.
-const metaDefaultRTT = 100e-6
+// metaMinRTT and metaMaxRTT bound the round trips the network sees: those
+// of its training scenarios (twice 10-100 µs of latency,
+// SampleMetaScenarios). A real link's measured round trip can lie outside
+// (a veth pair's is about 10 µs), and the network would then extrapolate.
+const (
+	metaDefaultRTT = 100e-6
+	metaMinRTT     = 20e-6
+	metaMaxRTT     = 200e-6
+)
 
 // metaMaxRel caps sizes relative to the model: a partition of 0 (none) or
 // above S means whole tensors, a credit of 0 (no window) or above
@@ -154,6 +162,7 @@ func MetaFeatures(dst []float64, s Stats, cand sched.Config) []float64 {
 	if !(rtt > 0) {
 		rtt = metaDefaultRTT
 	}
+	rtt = min(max(rtt, metaMinRTT), metaMaxRTT)
 	var pTime, cTime float64
 	if s.BandwidthBps > 0 {
 		pTime = metaLog(p * S / s.BandwidthBps / rtt)

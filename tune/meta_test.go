@@ -397,3 +397,24 @@ func BenchmarkFineTune(b *testing.B) {
 		m.FineTune(ex, 1, 0.001)
 	}
 }
+
+// TestMetaFeaturesRoundTripRange: round trips outside the training range
+// (20-200 µs) are seen as its nearest end, none as the 100 µs default, and
+// within the range the round trip changes the features.
+func TestMetaFeaturesRoundTripRange(t *testing.T) {
+	s := metaState()
+	cand := sched.Config{PartitionBytes: 1 << 20, CreditBytes: 8 << 20}
+	at := func(rtt float64) []float64 {
+		st := s
+		st.RoundTripS = rtt
+		return tune.MetaFeatures(nil, st, cand)
+	}
+	for _, c := range []struct{ rtt, as float64 }{{5e-6, 20e-6}, {1e-9, 20e-6}, {1e-3, 200e-6}, {0, 100e-6}, {math.NaN(), 100e-6}} {
+		if got, want := at(c.rtt), at(c.as); !slices.Equal(got, want) {
+			t.Errorf("round trip %v s: features %v, want those of %v s: %v", c.rtt, got, c.as, want)
+		}
+	}
+	if slices.Equal(at(30e-6), at(150e-6)) {
+		t.Error("round trips of 30 and 150 µs give the same features")
+	}
+}
