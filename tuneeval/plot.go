@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -23,6 +24,7 @@ func Plot(s *ScenarioResult, dir string) error {
 	p := plot.New()
 	p.Title.Text = name + ": iteration time"
 	p.X.Label.Text = "iteration"
+	p.X.Tick.Marker = iterationTicks{}
 	p.Y.Label.Text = "iteration time (s)"
 	p.Legend.Top = true
 	for i, r := range s.Runs {
@@ -47,6 +49,7 @@ func Plot(s *ScenarioResult, dir string) error {
 	for _, q := range []*plot.Plot{part, cred} {
 		q.Y.Scale = plot.LogScale{}
 		q.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+		q.X.Tick.Marker = iterationTicks{}
 		q.Legend.Top = true
 	}
 	n := s.Scenario.Iterations
@@ -124,4 +127,18 @@ func addPhaseLines(p *plot.Plot, s *ScenarioResult) {
 		g.Width = vg.Points(0.8)
 		p.Add(g)
 	}
+}
+
+// iterationTicks are gonum's default ticks labelled as whole iterations
+// ("2500", not "2500.00").
+type iterationTicks struct{}
+
+func (iterationTicks) Ticks(lo, hi float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(lo, hi)
+	for i := range ts {
+		if ts[i].Label != "" {
+			ts[i].Label = strconv.FormatFloat(ts[i].Value, 'f', -1, 64)
+		}
+	}
+	return ts
 }
