@@ -20,6 +20,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -106,6 +107,21 @@ func (o *Options) validateDynamics() error {
 			return fmt.Errorf("sim: straggler rank %d: slowdown must be a finite factor >= 1, got %v", r, f)
 		}
 	}
+	ranks = slices.Sorted(maps.Keys(o.StragglerTraces))
+	for _, r := range ranks {
+		if r < 0 || r >= o.Workers {
+			return fmt.Errorf("sim: straggler trace of rank %d: no such worker (ranks 0..%d)", r, o.Workers-1)
+		}
+		what := fmt.Sprintf("straggler trace of rank %d", r)
+		if err := validateSteps(what, o.StragglerTraces[r]); err != nil {
+			return err
+		}
+		for i, st := range o.StragglerTraces[r] {
+			if !(st.Value >= 1) {
+				return fmt.Errorf("sim: %s step %d (iteration %d): slowdown must be >= 1, got %v", what, i, st.Iteration, st.Value)
+			}
+		}
+	}
 	return nil
 }
 
@@ -131,7 +147,8 @@ func (o *Options) BandwidthAt(k int) float64 { return stepAt(o.BandwidthTrace, k
 // forward and backward passes (2 = half as fast; 1 without a trace).
 func (o *Options) ComputeScaleAt(k int) float64 { return stepAt(o.ComputeTrace, k, 1) }
 
-// slowdown is worker rank's straggler factor (1 if it is not a straggler).
+// slowdown is worker rank's straggler factor for the whole run (1 if it is
+// not a straggler).
 func (o *Options) slowdown(rank int) float64 {
 	if f, ok := o.Stragglers[rank]; ok {
 		return f
@@ -139,15 +156,22 @@ func (o *Options) slowdown(rank int) float64 {
 	return 1
 }
 
-// minSlowdown is the smallest straggler factor over all workers: compute is
-// never faster than the profile times this on any worker.
-func (o *Options) minSlowdown() float64 {
-	if len(o.Stragglers) < o.Workers {
+// SlowdownAt is worker rank's straggler factor at iteration k: Stragglers
+// times StragglerTraces.
+func (o *Options) SlowdownAt(rank, k int) float64 {
+	return o.slowdown(rank) * stepAt(o.StragglerTraces[rank], k, 1)
+}
+
+// minSlowdownAt is the smallest straggler factor over all workers at
+// iteration k: no worker computes iteration k faster than the profile
+// times this.
+func (o *Options) minSlowdownAt(k int) float64 {
+	if len(o.Stragglers) == 0 && len(o.StragglerTraces) == 0 {
 		return 1
 	}
 	m := math.Inf(1)
 	for r := range o.Workers {
-		m = min(m, o.slowdown(r))
+		m = min(m, o.SlowdownAt(r, k))
 	}
 	return m
 }
@@ -162,14 +186,12 @@ func (o *Options) minSlowdown() float64 {
 // steady state of a run held at these conditions. Without traces or
 // stragglers it equals LowerBounds(o) for every k. o must be valid.
 func LowerBoundsAt(o Options, k int) Bounds {
-	slow := o.minSlowdown()
-	return conditionBounds(o, o.BandwidthAt(k), o.ComputeScaleAt(k)*slow, o.ComputeScaleAt(k+1)*slow)
+	return conditionBounds(o, o.BandwidthAt(k), o.ComputeScaleAt(k)*o.minSlowdownAt(k), o.ComputeScaleAt(k+1)*o.minSlowdownAt(k+1))
 }
 
 // initialBounds are the bounds under the conditions of iteration 0.
 func initialBounds(o Options) Bounds {
-	slow := o.minSlowdown()
-	c := o.ComputeScaleAt(0) * slow
+	c := o.ComputeScaleAt(0) * o.minSlowdownAt(0)
 	return conditionBounds(o, o.BandwidthAt(0), c, c)
 }
 
@@ -193,11 +215,10 @@ type conditions struct{ bw, bwd, fwd float64 }
 
 // boundsPerIteration returns LowerBoundsAt(o, k) for every iteration.
 func boundsPerIteration(o Options) []Bounds {
-	slow := o.minSlowdown()
 	cache := map[conditions]Bounds{}
 	out := make([]Bounds, o.Iterations)
 	for k := range out {
-		c := conditions{o.BandwidthAt(k), o.ComputeScaleAt(k) * slow, o.ComputeScaleAt(k+1) * slow}
+		c := conditions{o.BandwidthAt(k), o.ComputeScaleAt(k) * o.minSlowdownAt(k), o.ComputeScaleAt(k+1) * o.minSlowdownAt(k+1)}
 		b, ok := cache[c]
 		if !ok {
 			b = conditionBounds(o, c.bw, c.bwd, c.fwd)

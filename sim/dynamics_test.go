@@ -96,6 +96,10 @@ func TestDynamicsValidation(t *testing.T) {
 		{"straggler negative rank", func(o *Options) { o.Stragglers = map[int]float64{-1: 2} }, []string{"straggler rank -1"}},
 		{"straggler speedup", func(o *Options) { o.Stragglers = map[int]float64{1: 0.5} }, []string{"straggler rank 1", "0.5"}},
 		{"straggler NaN", func(o *Options) { o.Stragglers = map[int]float64{1: nan} }, []string{"straggler rank 1", "NaN"}},
+		{"straggler trace rank", func(o *Options) { o.StragglerTraces = map[int][]Step{5: {{2, 2}}} }, []string{"straggler trace of rank 5", "0..1"}},
+		{"straggler trace speedup", func(o *Options) { o.StragglerTraces = map[int][]Step{1: {{2, 2}, {4, 0.5}}} }, []string{"straggler trace of rank 1 step 1", "iteration 4", "0.5"}},
+		{"straggler trace unsorted", func(o *Options) { o.StragglerTraces = map[int][]Step{0: {{4, 2}, {2, 1}}} }, []string{"straggler trace of rank 0 step 1", "iteration 2"}},
+		{"straggler trace NaN", func(o *Options) { o.StragglerTraces = map[int][]Step{0: {{1, nan}}} }, []string{"straggler trace of rank 0 step 0", "NaN"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -200,6 +204,45 @@ func TestStraggler(t *testing.T) {
 		checkIterationBounds(t, o, r)
 		if got := r.Bounds.ComputeS; math.Abs(got-2*compute) > rel*compute {
 			t.Errorf("%v: every worker at least twice as slow: compute bound %.9g s, want %.9g", tp, got, 2*compute)
+		}
+	}
+}
+
+// TestStragglerTrace: a straggler that comes and goes. On one worker it is
+// exactly a compute trace; on four, the iterations before it are those of
+// the run without it, the iterations inside it are as slow as with a
+// straggler for the whole run, and after it recovers the job is back to
+// its old speed.
+func TestStragglerTrace(t *testing.T) {
+	p := profile(t, "resnet50")
+	o := job(p, AllReduce, 1, 0, gbps10)
+	o.Iterations = 8
+	o.ComputeTrace = []Step{{3, 3}, {6, 1}}
+	want := run(t, o)
+	o.ComputeTrace, o.StragglerTraces = nil, map[int][]Step{0: {{3, 3}, {6, 1}}}
+	if got := run(t, o); !slices.Equal(got.IterationTimesS, want.IterationTimesS) || got.Bounds != want.Bounds {
+		t.Errorf("one worker: straggler trace %v, compute trace %v", got.IterationTimesS, want.IterationTimesS)
+	}
+	for _, tp := range []topology{{PS, 4, 4}, {AllReduce, 4, 0}} {
+		o := job(p, tp.arch, tp.workers, tp.servers, gbps100)
+		o.Sched, o.Iterations = presets(tp.arch)[2].cfg, 16
+		base := run(t, o)
+		o.Stragglers = map[int]float64{2: 2}
+		whole := run(t, o)
+		o.Stragglers, o.StragglerTraces = nil, map[int][]Step{2: {{5, 2}, {10, 1}}}
+		r := run(t, o)
+		checkIterationBounds(t, o, r)
+		// Iteration 3's span ends with forward 4: untouched.
+		if !slices.Equal(r.IterationTimesS[:4], base.IterationTimesS[:4]) {
+			t.Errorf("%v: before the straggler: %v, without it %v", tp, r.IterationTimesS[:4], base.IterationTimesS[:4])
+		}
+		inside, slow := mean(r.IterationTimesS[6:9]), mean(whole.IterationTimesS[6:9])
+		after, fast := mean(r.IterationTimesS[12:]), mean(base.IterationTimesS[12:])
+		if math.Abs(inside/slow-1) > 0.02 || math.Abs(after/fast-1) > 0.02 {
+			t.Errorf("%v: inside the window %.4g s (straggler all along: %.4g s), after it %.4g s (none: %.4g s)", tp, inside, slow, after, fast)
+		}
+		if r.Bounds != base.Bounds {
+			t.Errorf("%v: one straggler changed the bounds: %+v vs %+v", tp, r.Bounds, base.Bounds)
 		}
 	}
 }
@@ -614,8 +657,21 @@ func TestRandomDynamics(t *testing.T) {
 		if rng.IntN(2) == 0 {
 			o.Stragglers = map[int]float64{rng.IntN(o.Workers): 1 + 2*rng.Float64()}
 		}
+		if rng.IntN(2) == 0 {
+			// Stragglers that come and go, sometimes on every worker (then
+			// they raise the compute bound).
+			o.StragglerTraces = map[int][]Step{}
+			for r := range o.Workers {
+				if rng.IntN(2) == 0 || o.Workers <= 2 {
+					o.StragglerTraces[r] = steps(1)
+					for i := range o.StragglerTraces[r] {
+						o.StragglerTraces[r][i].Value += 0.8
+					}
+				}
+			}
+		}
 		o.Tuner = &randomTuner{rng: rand.New(rand.NewPCG(seed, 3)), tiny: o.Profile.TotalBytes() < 20_000}
-		name := fmt.Sprintf("seed %d: %s traces %v %v stragglers %v", seed, describe(o), o.BandwidthTrace, o.ComputeTrace, o.Stragglers)
+		name := fmt.Sprintf("seed %d: %s traces %v %v stragglers %v %v", seed, describe(o), o.BandwidthTrace, o.ComputeTrace, o.Stragglers, o.StragglerTraces)
 		var r *Result
 		if o.Arch == PS {
 			r = runWithServers(t, o)

@@ -122,6 +122,11 @@ type Options struct {
 	ComputeTrace []Step
 	// Stragglers slows worker rank's compute by a factor >= 1.
 	Stragglers map[int]float64
+	// StragglerTraces slow worker rank's compute of iteration k by the last
+	// step at or before k (1 before the first step; values >= 1), on top
+	// of Stragglers and ComputeTrace: a worker that straggles 3x from
+	// iteration 150 and recovers at 300 is {{150, 3}, {300, 1}}.
+	StragglerTraces map[int][]Step
 	// Tuner, if set, sees every iteration's statistics and may reconfigure
 	// the scheduling of every worker from a later iteration (tuning.go).
 	// It is stateful: use a fresh one per run.
@@ -255,9 +260,11 @@ type worker struct {
 	shardsLeft map[sched.PieceID]int32
 	fwdEnds    []float64
 	opStart    float64
-	// slow is the straggler factor of this worker's compute.
-	slow float64
-	acct acct
+	// slow is the straggler factor of this worker's compute, and
+	// slowTrace its changes by iteration (Options.StragglerTraces).
+	slow      float64
+	slowTrace []Step
+	acct      acct
 }
 
 type pieceKey struct {
@@ -361,7 +368,7 @@ func newSimulation(o Options) *simulation {
 	L := len(p.Layers)
 	for r := 0; r < o.Workers; r++ {
 		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
-			shardsLeft: map[sched.PieceID]int32{}, slow: o.slowdown(r),
+			shardsLeft: map[sched.PieceID]int32{}, slow: o.slowdown(r), slowTrace: o.StragglerTraces[r],
 			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
 		if o.Arch == PS {
 			w.acct.fl = &flight{}
@@ -443,7 +450,7 @@ func (s *simulation) advance(w *worker) {
 	} else {
 		d = s.bwdS[w.layer]
 	}
-	if c := s.o.ComputeScaleAt(w.iter) * w.slow; c != 1 {
+	if c := s.o.ComputeScaleAt(w.iter) * w.slow * stepAt(w.slowTrace, w.iter, 1); c != 1 {
 		d *= c
 	}
 	if s.o.Jitter > 0 {

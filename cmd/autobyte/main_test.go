@@ -220,6 +220,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--compute-trace", "0:-2"}, `"-2"`},
 		{[]string{"sim", "--model", "toy3", "--workers", "2", "--straggler", "5:2"}, `"5:2"`},
 		{[]string{"sim", "--model", "toy3", "--straggler", "0:0.5"}, `"0:0.5"`},
+		{[]string{"sim", "--model", "toy3", "--straggler", "0:2@5-5"}, `iterations "5-5"`},
+		{[]string{"sim", "--model", "toy3", "--straggler", "0:2@-1"}, `iterations "-1"`},
+		{[]string{"sim", "--model", "toy3", "--straggler", "0:2@x-9"}, `iterations "x-9"`},
+		{[]string{"sim", "--model", "toy3", "--straggler", "02"}, `no ':'; want RANK:FACTOR[@FROM[-TO]]`},
+		{[]string{"sim", "--model", "toy3", "--workers", "2", "--straggler", "1:2", "--straggler", "1:3@4"}, "rank 1 already has a --straggler"},
 		{[]string{"sim", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
 		{[]string{"sim", "--model", "toy3", "--tuner", "grid", "--grid-trial", "0"}, "0"},
 		{[]string{"launch", "--model", "toy3", "--bandwidth-trace", "0:1Gbps"}, "--testbed"},
@@ -434,16 +439,20 @@ func TestStepsDue(t *testing.T) {
 }
 
 func TestComputeScaleAt(t *testing.T) {
-	o := sim.Options{ComputeTrace: []sim.Step{{Iteration: 3, Value: 2}}, Stragglers: map[int]float64{1: 1.5}}
+	o := sim.Options{ComputeTrace: []sim.Step{{Iteration: 3, Value: 2}}, Stragglers: map[int]float64{1: 1.5},
+		StragglerTraces: map[int][]sim.Step{2: {{Iteration: 5, Value: 4}, {Iteration: 7, Value: 1}}}}
 	if f := computeScaleAt(sim.Options{}, 0); f != nil {
 		t.Errorf("no trace, no straggler: want no scaling")
 	}
-	f0, f1 := computeScaleAt(o, 0), computeScaleAt(o, 1)
+	if f := computeScaleAt(sim.Options{StragglerTraces: o.StragglerTraces}, 0); f != nil {
+		t.Errorf("another rank's straggler window: want no scaling of rank 0")
+	}
+	f0, f1, f2 := computeScaleAt(o, 0), computeScaleAt(o, 1), computeScaleAt(o, 2)
 	for _, c := range []struct {
 		f    func(int) float64
 		k    int
 		want float64
-	}{{f0, 0, 1}, {f0, 3, 2}, {f0, 9, 2}, {f1, 0, 1.5}, {f1, 3, 3}} {
+	}{{f0, 0, 1}, {f0, 3, 2}, {f0, 9, 2}, {f1, 0, 1.5}, {f1, 3, 3}, {f2, 4, 2}, {f2, 5, 8}, {f2, 6, 8}, {f2, 7, 2}} {
 		if got := c.f(c.k); got != c.want {
 			t.Errorf("scale at %d = %v, want %v", c.k, got, c.want)
 		}

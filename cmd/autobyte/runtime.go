@@ -327,16 +327,15 @@ func (t *tunerFlags) build(o sim.Options, seed uint64) (tune.Tuner, error) {
 }
 
 // computeScaleAt is worker rank's compute multiplier by iteration: the
-// compute trace times its straggler factor (nil when both are 1).
+// compute trace times its straggler factor at the iteration (nil when
+// neither applies to it).
 func computeScaleAt(o sim.Options, rank int) func(int) float64 {
-	slow := 1.0
-	if f, ok := o.Stragglers[rank]; ok {
-		slow = f
-	}
-	if len(o.ComputeTrace) == 0 && slow == 1 {
+	_, slow := o.Stragglers[rank]
+	_, comes := o.StragglerTraces[rank]
+	if len(o.ComputeTrace) == 0 && !slow && !comes {
 		return nil
 	}
-	return func(k int) float64 { return o.ComputeScaleAt(k) * slow }
+	return func(k int) float64 { return o.ComputeScaleAt(k) * o.SlowdownAt(rank, k) }
 }
 
 // runtimeTuning is rank 0's tuning: the configured rate by iteration when

@@ -65,7 +65,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed (for --jitter)")
 	fs.StringVar(&f.bandwidthTrace, "bandwidth-trace", "", "sim: link rate by iteration, e.g. 0:10Gbps,300:2Gbps,600:10Gbps")
 	fs.StringVar(&f.computeTrace, "compute-trace", "", "sim: compute-time multiplier by iteration, e.g. 0:1,200:2")
-	fs.StringArrayVar(&f.stragglers, "straggler", nil, "sim: RANK:FACTOR, worker RANK computes FACTOR times slower (repeatable)")
+	fs.StringArrayVar(&f.stragglers, "straggler", nil, "RANK:FACTOR[@FROM[-TO]]: worker RANK computes FACTOR times slower, for the whole run or from iteration FROM (to TO, exclusive); repeatable, once per rank")
 }
 
 // dynamics parses the changing-conditions flags into o.
@@ -88,19 +88,68 @@ func (f *scenarioFlags) dynamics(o *sim.Options) error {
 			return fmt.Errorf("--compute-trace: %w", err)
 		}
 	}
+	seen := map[int]bool{}
 	for _, s := range f.stragglers {
-		rank, factor, ok := strings.Cut(s, ":")
-		r, rerr := strconv.Atoi(rank)
-		x, xerr := strconv.ParseFloat(factor, 64)
-		if !ok || rerr != nil || xerr != nil || r < 0 || r >= o.Workers || !(x >= 1) || math.IsInf(x, 0) {
-			return fmt.Errorf("--straggler %q: want RANK:FACTOR with 0 <= RANK < %d workers and FACTOR >= 1", s, o.Workers)
+		r, x, window, err := parseStraggler(s, o.Workers)
+		if err != nil {
+			return err
 		}
-		if o.Stragglers == nil {
-			o.Stragglers = map[int]float64{}
+		if seen[r] {
+			return fmt.Errorf("--straggler %q: rank %d already has a --straggler", s, r)
 		}
-		o.Stragglers[r] = x
+		seen[r] = true
+		switch {
+		case window == nil:
+			if o.Stragglers == nil {
+				o.Stragglers = map[int]float64{}
+			}
+			o.Stragglers[r] = x
+		default:
+			if o.StragglerTraces == nil {
+				o.StragglerTraces = map[int][]sim.Step{}
+			}
+			o.StragglerTraces[r] = window
+		}
 	}
 	return nil
+}
+
+// parseStraggler parses --straggler RANK:FACTOR[@FROM[-TO]]: worker RANK
+// computes FACTOR times slower for the whole run, or from iteration FROM
+// (until TO, exclusive, if given). A window comes back as the steps of a
+// straggler trace.
+func parseStraggler(s string, workers int) (rank int, factor float64, window []sim.Step, err error) {
+	bad := func(why string) error {
+		return fmt.Errorf("--straggler %q: %s; want RANK:FACTOR[@FROM[-TO]] with 0 <= RANK < %d workers, FACTOR >= 1 and 0 <= FROM < TO", s, why, workers)
+	}
+	spec, when, timed := strings.Cut(s, "@")
+	rs, fs, ok := strings.Cut(spec, ":")
+	if !ok {
+		return 0, 0, nil, bad("no ':'")
+	}
+	if rank, err = strconv.Atoi(rs); err != nil || rank < 0 || rank >= workers {
+		return 0, 0, nil, bad(fmt.Sprintf("rank %q", rs))
+	}
+	if factor, err = strconv.ParseFloat(fs, 64); err != nil || !(factor >= 1) || math.IsInf(factor, 0) {
+		return 0, 0, nil, bad(fmt.Sprintf("factor %q", fs))
+	}
+	if !timed {
+		return rank, factor, nil, nil
+	}
+	from, to, bounded := strings.Cut(when, "-")
+	a, err := strconv.Atoi(from)
+	if err != nil || a < 0 {
+		return 0, 0, nil, bad(fmt.Sprintf("iterations %q", when))
+	}
+	window = []sim.Step{{Iteration: a, Value: factor}}
+	if bounded {
+		b, err := strconv.Atoi(to)
+		if err != nil || b <= a {
+			return 0, 0, nil, bad(fmt.Sprintf("iterations %q", when))
+		}
+		window = append(window, sim.Step{Iteration: b, Value: 1})
+	}
+	return rank, factor, window, nil
 }
 
 // loadProfile returns the model chosen by --model or --profile, scaled.
