@@ -36,9 +36,12 @@ type Scenario struct {
 	// Kind names the conditions in the scenario's name: "steady", or what
 	// changes ("change" when empty and something changes).
 	Kind string `json:"kind,omitempty"`
-	// Stragglers slows a worker's compute by a factor.
-	Stragglers map[int]float64 `json:"stragglers,omitempty"`
-	Iterations int             `json:"iterations"`
+	// Stragglers slows a worker's compute by a factor, and StragglerTraces
+	// from given iterations on ("ITERATION:FACTOR,...", 1 = recovered): a
+	// straggler that comes and goes.
+	Stragglers      map[int]float64 `json:"stragglers,omitempty"`
+	StragglerTraces map[int]string  `json:"straggler_traces,omitempty"`
+	Iterations      int             `json:"iterations"`
 	// MessageCost is the simulator's fixed processing time per message
 	// (sim.Options.MessageCostS), a duration such as "15us"; "" is none.
 	// The suites leave it empty.
@@ -48,7 +51,7 @@ type Scenario struct {
 // Changing reports whether the scenario's bandwidth or compute speed
 // changes during the run.
 func (s Scenario) Changing() bool {
-	return strings.TrimSpace(s.Trace) != "" || strings.TrimSpace(s.ComputeTrace) != ""
+	return strings.TrimSpace(s.Trace) != "" || strings.TrimSpace(s.ComputeTrace) != "" || len(s.StragglerTraces) > 0
 }
 
 // Options are the simulator options of the scenario (no tuner, ByteScheduler's
@@ -86,6 +89,16 @@ func (s Scenario) Options() (sim.Options, error) {
 	if len(s.Stragglers) > 0 {
 		o.Stragglers = maps.Clone(s.Stragglers)
 	}
+	for r, tr := range s.StragglerTraces {
+		steps, err := sim.ParseSteps(tr, parseFactor)
+		if err != nil {
+			return sim.Options{}, fmt.Errorf("scenario %s: straggler trace of rank %d: %w", s.Name, r, err)
+		}
+		if o.StragglerTraces == nil {
+			o.StragglerTraces = map[int][]sim.Step{}
+		}
+		o.StragglerTraces[r] = steps
+	}
 	if arch == sim.PS {
 		o.ShardBytes = 4_000_000
 	}
@@ -109,7 +122,7 @@ func parseFactor(v string) (float64, error) {
 // starts a phase at c. A compute step at c starts one at c-1: iteration
 // c-1's span ends with forward pass c, which already runs at the new speed
 // (sim's rule, sim/dynamics.go), so c-1 is the first iteration the change
-// shows in.
+// shows in; a straggler's step too.
 func (s Scenario) Phases() []Phase {
 	tr, _ := sim.ParseSteps(s.Trace, units.ParseRate)
 	ct, _ := sim.ParseSteps(s.ComputeTrace, parseFactor)
@@ -124,6 +137,12 @@ func (s Scenario) Phases() []Phase {
 	}
 	for _, st := range ct {
 		add(st.Iteration - 1)
+	}
+	for _, tr := range s.StragglerTraces {
+		steps, _ := sim.ParseSteps(tr, parseFactor)
+		for _, st := range steps {
+			add(st.Iteration - 1)
+		}
 	}
 	slices.Sort(cuts)
 	var out []Phase
@@ -167,13 +186,14 @@ const (
 	iterations = 450
 )
 
-// DefaultSuite is the evaluation suite, 15 scenarios of 450 iterations.
+// DefaultSuite is the evaluation suite, 16 scenarios of 450 iterations.
 // Parameter servers (8 workers, 8 servers, unless stated) and ring
 // all-reduce (16 workers, unless stated), under a steady 10 Gbps, with a
 // straggler (worker 3 computes twice as slowly), and under changing
 // conditions: a 5x bandwidth drop (10 -> 2 Gbps), 10x bandwidth swings
-// (100 -> 10 Gbps, or 10 -> 1 Gbps), and compute 4x slower, each from
-// iteration 150 to 300; the changing ones have 8 to 64 workers. Where
+// (100 -> 10 Gbps, or 10 -> 1 Gbps), compute 4x slower, and worker 3
+// computing 3x slower, each from iteration 150 to 300; the changing ones
+// have 8 to 64 workers. Where
 // conditions change the best configuration of the grid moves (for example
 // vgg16 on parameter servers: 256 KB / 1 MB at 100 Gbps, 256 KB / 32 MB
 // at 10 Gbps), so that the per-phase oracle and the best static
@@ -189,12 +209,15 @@ func DefaultSuite() []Scenario {
 	}
 	straggler := ps("resnet50", 8, 8, "steady", steady, "", "")
 	straggler.Stragglers = map[int]float64{3: 2}
+	midrun := ps("resnet50", 8, 8, "straggler-midrun", steady, "", "")
+	midrun.StragglerTraces = map[int]string{3: "150:3,300:1"}
 	suite := []Scenario{
 		ps("resnet50", 8, 8, "steady", steady, "", ""),
 		ps("vgg16", 8, 8, "steady", steady, "", ""),
 		ps("bert-base", 8, 8, "steady", steady, "", ""),
 		straggler,
 		ps("resnet50", 8, 8, "change", steady, change, ""),
+		midrun,
 		ps("vgg16", 8, 8, "bw10x", "100Gbps", bw10x, ""),
 		ps("alexnet", 8, 8, "compute4x", "100Gbps", "", compute4x),
 		ps("resnet50", 16, 4, "bw10x", "100Gbps", bw10x, ""),

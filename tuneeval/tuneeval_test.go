@@ -254,6 +254,37 @@ func TestSettle(t *testing.T) {
 // c-1 (the iteration whose forward pass c runs at the new speed), a
 // bandwidth step at c itself; the simulator agrees: iteration c-1 is the
 // first whose time changes.
+// TestStragglerTraceScenario: a straggler that comes and goes cuts phases
+// as a compute step does (one iteration early), makes the scenario
+// changing, slows the iterations from the cut on, and a bad trace is
+// refused naming the scenario, the rank and the value.
+func TestStragglerTraceScenario(t *testing.T) {
+	s := Scenario{Name: "x", Model: "resnet50", Arch: "ps", Workers: 4, Servers: 4, Bandwidth: "10Gbps",
+		StragglerTraces: map[int]string{2: "10:3,20:1"}, Iterations: 30}
+	if got := s.Phases(); !s.Changing() || len(got) != 3 || got[1] != (Phase{9, 19}) {
+		t.Fatalf("straggler from 10 to 20: changing %v, phases %v; want cuts at 9 and 19", s.Changing(), got)
+	}
+	o, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before, during := r.IterationTimesS[7], r.IterationTimesS[12]; !(during > 1.5*before) {
+		t.Errorf("iteration 7 took %v s, 12 (rank 2 three times slower) %v s", before, during)
+	}
+	s.StragglerTraces = map[int]string{2: "10:3,5:1"}
+	if _, err := s.Options(); err == nil || !strings.Contains(err.Error(), "scenario x") || !strings.Contains(err.Error(), "rank 2") {
+		t.Errorf("steps out of order: error %v, want one naming the scenario and rank 2", err)
+	}
+	s.StragglerTraces = map[int]string{2: "10:0.5"}
+	if _, err := s.Options(); err == nil || !strings.Contains(err.Error(), "0.5") {
+		t.Errorf("a straggler faster than normal: error %v, want one naming 0.5", err)
+	}
+}
+
 func TestPhasesComputeTrace(t *testing.T) {
 	s := Scenario{Name: "x", Model: "resnet50", Arch: "allreduce", Workers: 4, Bandwidth: "10Gbps", ComputeTrace: "0:1,20:4", Iterations: 40}
 	if got := s.Phases(); len(got) != 2 || got[1].From != 19 {
