@@ -254,6 +254,20 @@ func TestSettle(t *testing.T) {
 // c-1 (the iteration whose forward pass c runs at the new speed), a
 // bandwidth step at c itself; the simulator agrees: iteration c-1 is the
 // first whose time changes.
+// simulate runs scenario s with its default configuration.
+func simulate(t *testing.T, s Scenario) *sim.Result {
+	t.Helper()
+	o, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := sim.Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // TestStragglerTraceScenario: a straggler that comes and goes cuts phases
 // as a compute step does (one iteration early), makes the scenario
 // changing, slows the iterations from the cut on, and a bad trace is
@@ -264,14 +278,7 @@ func TestStragglerTraceScenario(t *testing.T) {
 	if got := s.Phases(); !s.Changing() || len(got) != 3 || got[1] != (Phase{9, 19}) {
 		t.Fatalf("straggler from 10 to 20: changing %v, phases %v; want cuts at 9 and 19", s.Changing(), got)
 	}
-	o, err := s.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := sim.Run(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := simulate(t, s)
 	if before, during := r.IterationTimesS[7], r.IterationTimesS[12]; !(during > 1.5*before) {
 		t.Errorf("iteration 7 took %v s, 12 (rank 2 three times slower) %v s", before, during)
 	}
@@ -290,14 +297,7 @@ func TestPhasesComputeTrace(t *testing.T) {
 	if got := s.Phases(); len(got) != 2 || got[1].From != 19 {
 		t.Fatalf("compute step at 20: phases %v, want a cut at 19", got)
 	}
-	o, err := s.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := sim.Run(o)
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := simulate(t, s)
 	if r.IterationTimesS[18] != r.IterationTimesS[17] || r.IterationTimesS[19] == r.IterationTimesS[18] {
 		t.Errorf("iteration times 17-19: %v; want 17 = 18 != 19", r.IterationTimesS[17:20])
 	}
