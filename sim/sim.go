@@ -260,11 +260,7 @@ type worker struct {
 	shardsLeft map[sched.PieceID]int32
 	fwdEnds    []float64
 	opStart    float64
-	// slow is the straggler factor of this worker's compute, and
-	// slowTrace its changes by iteration (Options.StragglerTraces).
-	slow      float64
-	slowTrace []Step
-	acct      acct
+	acct       acct
 }
 
 type pieceKey struct {
@@ -368,8 +364,8 @@ func newSimulation(o Options) *simulation {
 	L := len(p.Layers)
 	for r := 0; r < o.Workers; r++ {
 		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
-			shardsLeft: map[sched.PieceID]int32{}, slow: o.slowdown(r), slowTrace: o.StragglerTraces[r],
-			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+			shardsLeft: map[sched.PieceID]int32{},
+			rng:        rand.New(rand.NewPCG(o.Seed, uint64(r)))}
 		if o.Arch == PS {
 			w.acct.fl = &flight{}
 			w.acct.postT = make([]float64, len(s.tensors))
@@ -450,7 +446,7 @@ func (s *simulation) advance(w *worker) {
 	} else {
 		d = s.bwdS[w.layer]
 	}
-	if c := s.o.ComputeScaleAt(w.iter) * w.slow * stepAt(w.slowTrace, w.iter, 1); c != 1 {
+	if c := s.o.ComputeScaleAt(w.iter) * s.o.SlowdownAt(w.rank, w.iter); c != 1 {
 		d *= c
 	}
 	if s.o.Jitter > 0 {

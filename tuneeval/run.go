@@ -23,8 +23,9 @@ type Options struct {
 	// Parallel is how many simulations run at once (>= 1).
 	Parallel int
 	// BOTrial is BO's TrialIterations (0: 20, a fifth of ByteScheduler's
-	// 100, or 6 with Quick, or the released 100 with Long). BO's ApplyDelay scales with it: max(Lead,
-	// BOTrial/10), so 100 gives the released 100 + 10 per trial.
+	// 100, or 6 with Quick, or the released 100 with Long). BO's
+	// ApplyDelay scales with it: max(Lead, BOTrial/10), so 100 gives the
+	// released 100 + 10 per trial.
 	BOTrial int
 	// Only keeps the named scenarios (comma-separated; "" for all).
 	Only string
