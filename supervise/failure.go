@@ -43,14 +43,14 @@ func (f *Failure) Error() string {
 // rootCause picks the first root cause among the children, in exit order:
 //
 //  1. the first child that failed without reporting a lost peer (its own
-//     error, a crash, a kill, or a script that raised): the others
-//     failed because they lost it;
+//     error, a crash, a kill, or a script that raised, unless its last
+//     line says it lost a peer): the others failed because they lost it;
 //  2. otherwise every failure was a lost peer: follow who lost whom from
 //     the first one to a child that lost nobody or that the supervisor
 //     stopped; when that one never failed by itself (it was still
 //     running, silent, until the supervisor stopped it), it hung;
 //  3. otherwise (a cycle) the first failure.
-func rootCause(children []*Child, start time.Time) *Failure {
+func rootCause(children []*Child, start time.Time, lostPeer func(string) bool) *Failure {
 	type exitInfo struct {
 		c       *Child
 		err     error
@@ -85,7 +85,10 @@ func rootCause(children []*Child, start time.Time) *Failure {
 		return f
 	}
 	failedAlone := func(x *exitInfo) bool {
-		return x.err != nil && !x.stopped && (x.report == nil || x.report.Lost == nil)
+		if x.err == nil || x.stopped || x.report != nil && x.report.Lost != nil {
+			return false
+		}
+		return x.report != nil || lostPeer == nil || len(x.lines) == 0 || !lostPeer(x.lines[len(x.lines)-1])
 	}
 	for i := range infos {
 		if failedAlone(&infos[i]) {

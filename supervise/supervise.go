@@ -71,6 +71,11 @@ type Options struct {
 	// message, which the supervisor keeps), on the child's reader
 	// goroutine.
 	OnMessage func(c *Child, m Message)
+	// LostPeer, if set, judges a child without status messages (a
+	// script) by its last line of stderr: true when it failed because it
+	// lost a peer, so that it is not taken for the root cause while
+	// another failure is.
+	LostPeer func(lastLine string) bool
 }
 
 // Supervisor runs children. Start them, then Wait; Start may also be
@@ -278,7 +283,7 @@ func (s *Supervisor) Wait(ctx context.Context) ([]*Child, error) {
 	case interrupted != nil:
 		return children, interrupted
 	case failed != nil:
-		return children, rootCause(children, s.start)
+		return children, rootCause(children, s.start, s.o.LostPeer)
 	case late != nil:
 		return children, late
 	}

@@ -40,6 +40,10 @@ func child(mode string) int {
 		fmt.Fprintln(os.Stderr, `  File "train.py", line 3, in <module>`)
 		fmt.Fprintln(os.Stderr, "ValueError: boom")
 		return 1
+	case "engineerr": // a script whose engine lost a peer, after arg
+		after(arg)
+		fmt.Fprintln(os.Stderr, "autobyte.AutobyteError: autobyte: worker 2: lost rank 1: transport: peer worker 1 closed the connection")
+		return 1
 	case "lose": // fails after arg, reporting it lost the peer named by LOST ("worker 1")
 		after(arg)
 		role, rank, _ := strings.Cut(os.Getenv("LOST"), " ")
@@ -134,6 +138,28 @@ func TestRootCauseIsTheRaiser(t *testing.T) {
 	}
 	if want := "worker 1 failed (exit status 1) after "; !strings.HasPrefix(err.Error(), want) || !strings.HasSuffix(err.Error(), ": ValueError: boom") {
 		t.Errorf("error %q, want %q...: ValueError: boom", err, want)
+	}
+}
+
+// TestScriptThatLostAPeerIsNoRootCause: a script child whose last line
+// says its engine lost a peer exits first; the one that raised is still
+// the root cause (with the classifier; without it, the first exit).
+func TestScriptThatLostAPeerIsNoRootCause(t *testing.T) {
+	isLost := func(last string) bool { return strings.HasPrefix(last, "autobyte.AutobyteError: ") }
+	for _, classify := range []bool{true, false} {
+		lost := newChild(t, "worker 2", "engineerr:100ms")
+		raiser := newChild(t, "worker 1", "raise:400ms")
+		lost.Status, raiser.Status = false, false
+		o := Options{}
+		want := "worker 2"
+		if classify {
+			o.LostPeer, want = isLost, "worker 1"
+		}
+		_, _, err := runAll(t, o, lost, raiser)
+		var f *Failure
+		if !errors.As(err, &f) || f.Child != want {
+			t.Errorf("classifier %v: root cause %v, want %s", classify, err, want)
+		}
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -153,7 +154,7 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 		}
 		return exec.Command(name, args...)
 	}
-	sup := supervise.New(supervise.Options{Grace: scriptGrace})
+	sup := supervise.New(supervise.Options{Grace: scriptGrace, LostPeer: scriptLostPeer})
 	for r := 0; r < spec.Workers; r++ {
 		name := fmt.Sprintf("worker %d", r)
 		c := &supervise.Child{Name: name, Cmd: command(spec.Servers+r, argv[0], argv[1:]...), OnStderr: lineTo(errOut, "["+name+"] ")}
@@ -210,6 +211,14 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 		return reportFailure(errOut, err)
 	}
 	return nil
+}
+
+// scriptLostPeer tells a script that failed because its engine lost a
+// peer (the plugin raises autobyte.AutobyteError naming it) from one that
+// failed on its own, by the last line Python prints for an uncaught
+// exception.
+func scriptLostPeer(last string) bool {
+	return strings.HasPrefix(last, "autobyte.AutobyteError: ") && strings.Contains(last, ": lost ")
 }
 
 // awaitEngine waits until an autobyte engine listens at master (rank 0's
