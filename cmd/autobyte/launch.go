@@ -26,6 +26,7 @@ import (
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/supervise"
 	"github.com/autobyte/autobyte/testbed"
+	"github.com/autobyte/autobyte/tlsca"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
@@ -119,11 +120,11 @@ the failed process's error.`,
 						ips = append(ips, net.ParseIP(h.IP))
 					}
 				}
-				files, err := ephemeralTLS(dir, ips)
+				files, err := tlsca.Ephemeral(dir, ips)
 				if err != nil {
 					return fmt.Errorf("--tls: %w", err)
 				}
-				args = append(args, "--tls-cert="+files.cert, "--tls-key="+files.key, "--tls-ca="+files.ca)
+				args = append(args, "--tls-cert="+files.Cert, "--tls-key="+files.Key, "--tls-ca="+files.CA)
 			}
 			res, err := launchLocal(ctx, args, spec, lc)
 			if err != nil {
