@@ -65,6 +65,9 @@ the failed process's error.`,
 			if len(script) > 0 {
 				return runScriptLaunch(cmd, &f, script, bedName, traceDir, logLevel, peerTimeout)
 			}
+			if err := simOnly(cmd); err != nil {
+				return err
+			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
 				return err
@@ -173,8 +176,10 @@ reaching its iteration (see docs/runtime-tuning.md).`
 
 // runScriptLaunch is launch with a training command after --.
 func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, traceDir, logLevel string, peerTimeout time.Duration) error {
+	// Flags the plugin has no setting for would do nothing: refuse them.
 	for _, name := range []string{"json", "verify", "tls", "metrics-port", "model", "profile", "iterations",
-		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
+		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler",
+		"admission", "jitter", "seed", "latency", "compute-scale"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
 		}
