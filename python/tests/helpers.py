@@ -58,11 +58,19 @@ def run_ok(test, launch_args, worker_args, script=WORKER, timeout=180):
     return out
 
 
+_references = {}
+
+
 def reference(test, worker_args, out):
-    r = subprocess.run([PY, WORKER, "--backend", "reference", "--out", out] + worker_args, cwd=ROOT,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    test.assertEqual(r.returncode, 0, r.stdout)
-    return torch.load(out)
+    """The exact update (dp_worker --backend reference), run once per set of
+    arguments: it is deterministic, and a process costs seconds of startup."""
+    key = tuple(worker_args)
+    if key not in _references:
+        r = subprocess.run([PY, WORKER, "--backend", "reference", "--out", out] + worker_args, cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        test.assertEqual(r.returncode, 0, r.stdout)
+        _references[key] = torch.load(out)
+    return _references[key]
 
 
 def rel(a, b):

@@ -3,7 +3,7 @@ ResNet-18 and Hugging Face's GPT-2 (a small config, random weights), the
 examples examples/torch_resnet.py and examples/torch_gpt2.py, 3 workers,
 3 steps of SGD with momentum, on parameter servers and on ring all-reduce.
 
-With 3 workers the sums differ in order between a server (arrival order),
+With 3 workers the sums differ in order between a server (rank order),
 autobyte's ring and gloo's, by an ulp or so per element, and training
 amplifies that: ResNet's BatchNorm over a batch of 4 at 1x1 resolution
 grew it to 6e-4 of the parameters in 3 steps, so the test uses batches of
