@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
@@ -382,19 +383,18 @@ func (l *tuneLoop) observe(ms Measurement) {
 }
 
 // apply puts a proposal made after iteration k in force on every worker
-// and server: from the iteration it states, or from the earliest legal one
-// if it states an earlier one (k+1, since rank 0 has posted up to k, and
-// after the previous change).
+// and server, under the one rule for proposals (proto.Schedule): from the
+// iteration it states, which must be k+tune.Lead or later and after the
+// previous change, or the job ends with an error naming the values.
 func (l *tuneLoop) apply(p tune.Proposal, k int) error {
 	name := l.o.Tuner.Name()
-	if err := p.Config.Validate(); err != nil {
-		return fmt.Errorf("job: tuner %s proposed an invalid configuration from iteration %d after iteration %d: %w", name, p.FromIteration, k, err)
+	ch, err := proto.Schedule(l.configs, p, k, name)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
 	}
-	from := max(p.FromIteration, k+1, l.configs[len(l.configs)-1].FromIteration+1)
-	if err := l.engine.Reconfigure(p.Config, from); err != nil {
-		return fmt.Errorf("job: tuner %s's configuration (partition %d, credit %d) from iteration %d: %w", name, p.Config.PartitionBytes, p.Config.CreditBytes, from, err)
+	if err := l.engine.Reconfigure(ch.Config, ch.FromIteration); err != nil {
+		return fmt.Errorf("job: tuner %s's configuration (partition %d, credit %d) from iteration %d: %w", name, p.Config.PartitionBytes, p.Config.CreditBytes, ch.FromIteration, err)
 	}
-	ch := ConfigChange{FromIteration: from, Config: p.Config}
 	l.configs = append(l.configs, ch)
 	if l.o.OnChange != nil {
 		l.o.OnChange(ch)

@@ -8,14 +8,14 @@ import (
 	"github.com/autobyte/autobyte/sched"
 )
 
-func toyOptions(t *testing.T, cfg sched.Config, barrier bool) Options {
+func toyOptions(t *testing.T, cfg sched.Config) Options {
 	t.Helper()
 	p, err := model.Get("toy3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return Options{Profile: p, Arch: PS, Workers: 1, Servers: 1, BandwidthBps: 1e6,
-		Sched: cfg, GlobalBarrier: barrier, Iterations: 10}
+		Sched: cfg, Iterations: 10}
 }
 
 // TestToy3 reproduces ByteScheduler's documented three-layer example exactly:
@@ -23,16 +23,15 @@ func toyOptions(t *testing.T, cfg sched.Config, barrier bool) Options {
 // in flight per direction.
 func TestToy3(t *testing.T) {
 	cases := []struct {
-		name    string
-		cfg     sched.Config
-		barrier bool
-		want    float64
+		name string
+		cfg  sched.Config
+		want float64
 	}{
-		{"fifo", sched.Config{}, true, 13},
-		{"bytescheduler", sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, false, 9},
+		{"fifo", sched.Config{}, 13},
+		{"bytescheduler", sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, 9},
 	}
 	for _, c := range cases {
-		r, err := Run(toyOptions(t, c.cfg, c.barrier))
+		r, err := Run(toyOptions(t, c.cfg))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,10 +7,9 @@ package sim
 // simulator computes k's tune.Stats from its events and hands them to
 // Options.Tuner. A proposal must apply from iteration k+tune.Lead or later:
 // by then some workers may already have posted gradients of k+1, which keep
-// the partitioning they were cut with. The simulator applies an accepted
-// proposal at once through Reconfigure on every core that schedules (the PS
-// leader and every follower, or the all-reduce leader), so the change takes
-// effect on each at its first task of the stated iteration. Every piece
+// the partitioning they were cut with (proto.Schedule is the rule). The
+// leader's machine accepts the change as its next epoch and announces it to
+// the followers one latency later, as the runtime's leader does. Every piece
 // carries the leader's epoch, and a parameter server keys what it sums by
 // (epoch, iteration, tensor, piece, shard) and places pieces by the epoch's
 // partition size, so pieces of different partitionings never mix.
@@ -18,6 +17,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 )
@@ -165,34 +165,22 @@ func (s *simulation) iterationDone(k int) {
 	}
 }
 
-// reconfigure applies a tuner's proposal made after iteration k.
+// reconfigure hands a tuner's proposal made after iteration k to the
+// leader's machine, under the one rule for proposals (proto.Schedule); the
+// leader announces the new epoch to the followers as the runtime's does.
 func (s *simulation) reconfigure(p tune.Proposal, k int) {
-	name := s.o.Tuner.Name()
-	if earliest := k + tune.Lead; p.FromIteration < earliest {
-		s.check(fmt.Errorf("tuner %s proposed a configuration from iteration %d after iteration %d: too late, it must apply from iteration %d or later",
-			name, p.FromIteration, k, earliest))
+	ch, err := proto.Schedule(s.configs, p, k, s.o.Tuner.Name())
+	if err != nil {
+		s.check(err)
 		return
 	}
-	if last := s.configs[len(s.configs)-1].FromIteration; p.FromIteration <= last {
-		s.check(fmt.Errorf("tuner %s proposed a configuration from iteration %d after iteration %d: it must come after the change from iteration %d",
-			name, p.FromIteration, k, last))
+	leader := s.workers[0]
+	if _, err := leader.m.Reconfigure(ch.Config, ch.FromIteration); err != nil {
+		s.check(err)
 		return
 	}
-	if err := p.Config.Validate(); err != nil {
-		s.check(fmt.Errorf("tuner %s proposed an invalid configuration from iteration %d: %w", name, p.FromIteration, err))
-		return
-	}
-	if s.o.Arch == AllReduce {
-		s.check(s.leader.Reconfigure(p.Config, p.FromIteration))
-	} else {
-		for _, w := range s.workers {
-			s.check(w.core.Reconfigure(p.Config, p.FromIteration))
-		}
-	}
-	// Each applied change increments the leader's epoch, in order of
-	// FromIteration: epoch e is the e-th change.
-	s.epochPartition = append(s.epochPartition, p.Config.PartitionBytes)
-	s.configs = append(s.configs, ConfigChange{FromIteration: p.FromIteration, Config: p.Config})
+	s.drain(leader)
+	s.configs = append(s.configs, ch)
 }
 
 // configAt is the configuration in force for iteration k's tasks.
