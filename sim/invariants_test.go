@@ -30,8 +30,8 @@ const (
 
 // preset is one of the CLI's --scheduler choices.
 type preset struct {
-	name    string
-	cfg     sched.Config
+	name string
+	cfg  sched.Config
 }
 
 // presets returns the CLI's scheduler presets for arch, plus bytescheduler
