@@ -53,9 +53,8 @@ func (l *DecisionLog) Record(rank int, r *Ready) {
 	}
 }
 
-// Lines returns the log as text lines, "rank R conn C: entry", sorted by
-// rank and connection and in order within a connection.
-func (l *DecisionLog) Lines() []string {
+// streams returns the log's (rank, connection) streams in sorted order.
+func (l *DecisionLog) streams() (keys []string, entries map[string][]string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var ranks []int
@@ -63,7 +62,7 @@ func (l *DecisionLog) Lines() []string {
 		ranks = append(ranks, r)
 	}
 	slices.Sort(ranks)
-	var out []string
+	entries = map[string][]string{}
 	for _, r := range ranks {
 		var conns []string
 		for c := range l.lines[r] {
@@ -71,30 +70,57 @@ func (l *DecisionLog) Lines() []string {
 		}
 		slices.Sort(conns)
 		for _, c := range conns {
-			for i, e := range l.lines[r][c] {
-				out = append(out, fmt.Sprintf("rank %d %s #%d: %s", r, c, i, e))
-			}
+			k := fmt.Sprintf("rank %d %s", r, c)
+			keys = append(keys, k)
+			entries[k] = slices.Clone(l.lines[r][c])
+		}
+	}
+	return keys, entries
+}
+
+// Lines returns the log as text lines, "rank R CONN #i: entry", sorted by
+// rank and connection and in order within a connection.
+func (l *DecisionLog) Lines() []string {
+	keys, entries := l.streams()
+	var out []string
+	for _, k := range keys {
+		for i, e := range entries[k] {
+			out = append(out, fmt.Sprintf("%s #%d: %s", k, i, e))
 		}
 	}
 	return out
 }
 
-// Diff describes the first difference between two logs, or returns "" if
-// they are equal.
+// Diff describes the first difference between two logs, stream by stream
+// (rank and connection), or returns "" if they are equal.
 func Diff(a, b *DecisionLog) string {
-	la, lb := a.Lines(), b.Lines()
-	for i := range min(len(la), len(lb)) {
-		if la[i] != lb[i] {
-			return fmt.Sprintf("entry %d differs:\n  %s\n  %s", i, la[i], lb[i])
+	ka, ea := a.streams()
+	kb, eb := b.streams()
+	for _, k := range ka {
+		if _, ok := eb[k]; !ok {
+			return fmt.Sprintf("%s: %d entries in the first log, none in the second", k, len(ea[k]))
 		}
 	}
-	if len(la) != len(lb) {
-		longer, name := la, "first"
-		if len(lb) > len(la) {
-			longer, name = lb, "second"
+	for _, k := range kb {
+		if _, ok := ea[k]; !ok {
+			return fmt.Sprintf("%s: %d entries in the second log, none in the first", k, len(eb[k]))
 		}
-		n := min(len(la), len(lb))
-		return fmt.Sprintf("the %s log has %d more entries, from: %s", name, len(longer)-n, strings.TrimSpace(longer[n]))
+	}
+	for _, k := range ka {
+		x, y := ea[k], eb[k]
+		for i := range min(len(x), len(y)) {
+			if x[i] != y[i] {
+				return fmt.Sprintf("%s #%d differs:\n  %s\n  %s", k, i, x[i], y[i])
+			}
+		}
+		if len(x) != len(y) {
+			longer, name := x, "first"
+			if len(y) > len(x) {
+				longer, name = y, "second"
+			}
+			n := min(len(x), len(y))
+			return fmt.Sprintf("%s: the %s log has %d more entries, from #%d: %s", k, name, len(longer)-n, n, strings.TrimSpace(longer[n]))
+		}
 	}
 	return ""
 }
