@@ -93,7 +93,18 @@ type Config struct {
 	// ShardBytes is the parameter servers' big-array bound: a piece larger
 	// than it is split into shards on distinct servers (placement.Inputs).
 	ShardBytes int64
+	// Plans, if set, is a placement cache shared by the machines of one
+	// job in one process (the simulator's), which place alike; nil: the
+	// machine keeps its own.
+	Plans *Plans
 }
+
+// Plans caches placements by partition size for machines with the same
+// tensors, servers and shard bound. It is not safe for concurrent use.
+type Plans struct{ byPartition map[int64]*placement.Plan }
+
+// NewPlans returns an empty cache.
+func NewPlans() *Plans { return &Plans{byPartition: map[int64]*placement.Plan{}} }
 
 // Epoch is a configuration epoch: the configuration every task of
 // iteration From and later is cut and admitted with (until the next epoch).
@@ -197,11 +208,9 @@ type Worker struct {
 	leader   *sched.Scheduler
 	follower *sched.Follower
 	epochs   []Epoch
-	plans    map[int64]*placement.Plan
+	plans    *Plans
 	// shardsLeft counts the answers still due for a sharded piece.
 	shardsLeft map[sched.PieceID]int
-	// started are the pieces in flight.
-	started map[sched.PieceID]sched.Piece
 	// layerLeft[k][l] counts layer l's tensors of iteration k not synced.
 	layerLeft map[int][]int
 	// synced[l] is the last iteration whose layer l is open.
@@ -234,14 +243,17 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.Sched.Validate(); err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, epochs: []Epoch{{Config: cfg.Sched}}, plans: map[int64]*placement.Plan{},
-		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}, started: map[sched.PieceID]sched.Piece{}}
+	w := &Worker{cfg: cfg, epochs: []Epoch{{Config: cfg.Sched}}, plans: cfg.Plans,
+		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}}
 	for i, t := range cfg.Tensors {
 		e := t.elemBytes()
 		if t.Layer < 0 || t.Bytes <= 0 || e < 1 || t.Bytes%e != 0 {
 			return nil, fmt.Errorf("proto: tensor %d: needs layer >= 0 and a positive whole number of elements, got layer %d, %d bytes of %d-byte elements", i, t.Layer, t.Bytes, e)
 		}
 		w.layers = max(w.layers, t.Layer+1)
+	}
+	if w.plans == nil {
+		w.plans = NewPlans()
 	}
 	w.perLayer = make([]int, w.layers)
 	for _, t := range cfg.Tensors {
@@ -460,7 +472,6 @@ func (w *Worker) dispatch() error {
 			w.ready.Messages = append(w.ready.Messages, Message{Kind: Announce, Piece: p})
 		}
 		prio := w.priority(p)
-		w.started[p.PieceID] = p
 		w.ready.Started = append(w.ready.Started, PieceEvent{Piece: p, InFlightBytes: w.InFlightBytes()})
 		if w.cfg.Arch == AllReduce {
 			if w.cfg.Workers == 1 {
@@ -494,7 +505,7 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 		return nil, fmt.Errorf("proto: worker %d: piece of configuration epoch %d, but epochs here are 0..%d", w.cfg.Rank, epoch, len(w.epochs)-1)
 	}
 	part := w.epochs[epoch].Config.PartitionBytes
-	if pl, ok := w.plans[part]; ok {
+	if pl, ok := w.plans.byPartition[part]; ok {
 		return pl, nil
 	}
 	in := placement.Inputs{PartitionBytes: part, ShardBytes: w.cfg.ShardBytes, Servers: w.cfg.Servers}
@@ -506,23 +517,22 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
 	}
-	w.plans[part] = pl
+	w.plans.byPartition[part] = pl
 	return pl, nil
 }
 
 func (w *Worker) pieceDone(id sched.PieceID) error {
+	var p sched.Piece
 	var taskDone bool
 	var err error
 	if w.leader != nil {
-		taskDone, err = w.leader.Done(id)
+		p, taskDone, err = w.leader.Finish(id)
 	} else {
-		taskDone, err = w.follower.Done(id)
+		p, taskDone, err = w.follower.Finish(id)
 	}
 	if err != nil {
 		return fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
 	}
-	p := w.started[id]
-	delete(w.started, id)
 	w.ready.Finished = append(w.ready.Finished, PieceEvent{Piece: p, InFlightBytes: w.InFlightBytes()})
 	if !taskDone {
 		return nil

@@ -270,6 +270,12 @@ func (s *Scheduler) start(p Piece) Piece {
 // Done reports that an in-flight piece finished and returns its credit.
 // taskDone is true when it was the last unfinished piece of its task.
 func (s *Scheduler) Done(id PieceID) (taskDone bool, err error) {
+	_, taskDone, err = s.finish(id)
+	return taskDone, err
+}
+
+// Finish is Done that also returns the finished piece.
+func (s *Scheduler) Finish(id PieceID) (p Piece, taskDone bool, err error) {
 	return s.finish(id)
 }
 

@@ -272,7 +272,7 @@ type simulation struct {
 	// all-reduce state: ringStarts counts the ranks that started a piece;
 	// ringReady holds the pieces every rank started, most urgent first.
 	ringStarts map[pieceKey]int32
-	ringReady  []ringPiece
+	ringReady  ringHeap
 	ringSeq    uint64
 	ringBusy   bool
 	ringSlots  []sched.Piece
@@ -354,9 +354,10 @@ func newSimulation(o Options) (*simulation, error) {
 		s.hosts[i] = host{lat: o.LatencyS / 2}
 	}
 	L := len(p.Layers)
+	plans := proto.NewPlans()
 	for r := 0; r < o.Workers; r++ {
 		m, err := proto.New(proto.Config{Rank: r, Workers: o.Workers, Arch: o.Arch, Tensors: tensors, Sched: o.Sched,
-			Servers: o.Servers, ShardBytes: o.ShardBytes})
+			Servers: o.Servers, ShardBytes: o.ShardBytes, Plans: plans})
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
 		}
@@ -703,8 +704,55 @@ func (s *simulation) ringStarted(m proto.Message) {
 	}
 	delete(s.ringStarts, k)
 	s.ringSeq++
-	s.ringReady = append(s.ringReady, ringPiece{p: p, prio: m.Priority, seq: s.ringSeq})
+	s.ringReady.push(ringPiece{p: p, prio: m.Priority, seq: s.ringSeq})
 	s.ringNext()
+}
+
+// ringHeap holds the pieces ready for the ring, most urgent first.
+type ringHeap []ringPiece
+
+func (h ringHeap) less(i, j int) bool {
+	if h[i].prio != h[j].prio {
+		return h[i].prio < h[j].prio
+	}
+	return h[i].seq < h[j].seq
+}
+
+func (h *ringHeap) push(rp ringPiece) {
+	*h = append(*h, rp)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q.less(i, parent) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *ringHeap) pop() ringPiece {
+	q := *h
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && q.less(r, child) {
+			child = r
+		}
+		if !q.less(child, i) {
+			break
+		}
+		q[i], q[child] = q[child], q[i]
+		i = child
+	}
+	*h = q
+	return top
 }
 
 // ringNext puts the most urgent ready piece on the ring. The ring is one
@@ -713,14 +761,7 @@ func (s *simulation) ringNext() {
 	if s.ringBusy || len(s.ringReady) == 0 {
 		return
 	}
-	best := 0
-	for i, rp := range s.ringReady {
-		if b := s.ringReady[best]; rp.prio < b.prio || rp.prio == b.prio && rp.seq < b.seq {
-			best = i
-		}
-	}
-	p := s.ringReady[best].p
-	s.ringReady = append(s.ringReady[:best], s.ringReady[best+1:]...)
+	p := s.ringReady.pop().p
 	n := float64(s.o.Workers)
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
