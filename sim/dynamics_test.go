@@ -529,11 +529,12 @@ func TestStatsSane(t *testing.T) {
 			r := run(t, o)
 			n := float64(o.Workers)
 			for k, st := range r.Stats {
-				sent := float64(o.Profile.TotalBytes())
+				sent := float64(o.Profile.TotalBytes()) // by rank 0
 				if tp.arch == AllReduce {
 					sent *= 2 * (n - 1) / n
 				}
-				if st.IterationTimeS != r.IterationTimesS[k] || math.Abs(st.GoodputBps*st.IterationTimeS-sent) > 1e-6*sent ||
+				// The leader's span is at most the slowest worker's.
+				if !(st.IterationTimeS > 0) || st.IterationTimeS > r.IterationTimesS[k]*(1+rel) || math.Abs(st.GoodputBps*st.IterationTimeS-sent) > 1e-6*sent ||
 					st.Overlap < 0 || st.Overlap > 1 || st.QueueDelayS < 0 || st.InFlightBytes <= 0 ||
 					math.Abs(st.ForwardS-o.Profile.ForwardS()) > rel || math.Abs(st.BackwardS-o.Profile.BackwardS()) > rel {
 					t.Errorf("%v %s: iteration %d: implausible stats %+v (iteration %v s)", tp, ps.name, k, st, r.IterationTimesS[k])

@@ -123,9 +123,9 @@ type Result struct {
 	// IterationTimesS after dropping the warm-up (the first fifth, at least
 	// one when there are two or more).
 	IterationTimeS float64
-	// IterationTimesS[k] is the time between the ends of forward passes k
-	// and k+1 (the slowest worker's), i.e. backward k, its communication
-	// and the gated forward k+1.
+	// IterationTimesS[k] is the slowest worker's time between the ends of
+	// its forward passes k and k+1, i.e. backward k, its communication and
+	// the gated forward k+1 (stats.JobIterationTimes, as launch reports).
 	IterationTimesS []float64
 	SamplesPerS     float64
 	Bounds          Bounds
@@ -149,7 +149,8 @@ type Result struct {
 	// by increasing FromIteration: Options.Sched from 0, then each change
 	// the tuner made that applied before the run ended.
 	Configs []ConfigChange
-	// Stats[k] are the statistics of iteration k, as a tuner saw them.
+	// Stats[k] are the statistics of iteration k, as a tuner saw them: the
+	// leader's measurements (tune.Stats), as in the runtime.
 	Stats []tune.Stats
 }
 
@@ -443,10 +444,10 @@ func (s *simulation) drain(w *worker) {
 	for _, st := range rd.Started {
 		p := st.Piece
 		w.acct.fl.add(s.now, p.Bytes)
-		it := &s.iters[p.Iteration]
-		it.queue += max(0, s.now-w.acct.postT[p.Tensor])
-		it.queued++
 		if w.rank == 0 {
+			it := &s.iters[p.Iteration]
+			it.queue += max(0, s.now-w.acct.postT[p.Tensor])
+			it.queued++
 			it.leaderPieces++
 		}
 	}
@@ -648,7 +649,7 @@ func (s *simulation) sendNext(src int32) {
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
 	d.ingressByte += m.bytes
-	if m.push {
+	if m.push && m.src == 0 {
 		s.iters[m.piece.Iteration].sent += float64(m.bytes)
 	}
 	h.busy = true
@@ -765,7 +766,7 @@ func (s *simulation) ringNext() {
 	n := float64(s.o.Workers)
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
-	s.iters[p.Iteration].sent += share * n
+	s.iters[p.Iteration].sent += share
 	// Each of the piece's 2(N-1) ring steps is one message per worker, each
 	// charged MessageCostS on its sender, all workers at once: the ring is
 	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
@@ -799,14 +800,11 @@ func (s *simulation) ringDone(slot int32) {
 func (s *simulation) result() *Result {
 	o := s.o
 	r := &Result{Events: s.events, Pieces: s.piecesPerIteration()}
-	for k := 0; k < o.Iterations; k++ {
-		var a, b float64
-		for _, w := range s.workers {
-			a = max(a, w.fwdEnds[k])
-			b = max(b, w.fwdEnds[k+1])
-		}
-		r.IterationTimesS = append(r.IterationTimesS, b-a)
+	var perWorker [][]float64
+	for _, w := range s.workers {
+		perWorker = append(perWorker, stats.Intervals(w.fwdEnds))
 	}
+	r.IterationTimesS = stats.JobIterationTimes(perWorker)
 	r.IterationTimeS = stats.SteadyState(r.IterationTimesS)
 	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
 	r.Bounds = initialBounds(o)

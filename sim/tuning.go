@@ -62,16 +62,16 @@ type acct struct {
 	postT []float64
 }
 
-// iterAcct sums the measurements of one iteration over workers.
+// iterAcct sums the leader's measurements of one iteration (tune.Stats
+// are rank 0's), and counts the pieces it started.
 type iterAcct struct {
 	fwd, bwd     float64 // compute of forward k (for span k-1) and backward k
-	sent         float64 // bytes sent by workers for k's gradients
+	sent         float64 // bytes the leader sent for k's gradients
 	queue        float64 // queueing delays of k's pieces
 	queued       int64   // pieces counted in queue
 	comm         float64 // time with pieces in flight, span k
 	overlap      float64
 	area, span   float64
-	ended        int // workers that ended forward k
 	leaderPieces int // pieces of k the leader started
 }
 
@@ -97,11 +97,16 @@ func (s *simulation) opStarted(w *worker) {
 }
 
 // opDone accounts the compute step w just finished (before its phase
-// advances: w.fwd and w.iter still describe the step).
+// advances: w.fwd and w.iter still describe the step). Only the leader's
+// steps count: tune.Stats are rank 0's measurements, in the simulator as in
+// the runtime, where only rank 0 tunes.
 func (s *simulation) opDone(w *worker) {
 	a := &w.acct
 	a.fl.at(s.now)
 	a.overlap += a.fl.active - a.opMark
+	if w.rank != 0 {
+		return
+	}
 	if w.fwd {
 		s.iters[w.iter].fwd += s.now - w.opStart
 	} else {
@@ -109,10 +114,13 @@ func (s *simulation) opDone(w *worker) {
 	}
 }
 
-// forwardEnded closes w's span of the previous iteration when w ended
-// forward pass j (j = len(w.fwdEnds)-1) and, once every worker did,
-// completes iteration j-1.
+// forwardEnded closes the leader's span of the previous iteration when it
+// ended forward pass j (j = len(w.fwdEnds)-1) and completes iteration j-1,
+// as the runtime's leader does after its own forward pass.
 func (s *simulation) forwardEnded(w *worker, j int) {
+	if w.rank != 0 {
+		return
+	}
 	a := &w.acct
 	a.fl.at(s.now)
 	if j > 0 {
@@ -123,28 +131,22 @@ func (s *simulation) forwardEnded(w *worker, j int) {
 		it.span += s.now - a.spanStart
 	}
 	a.overlap, a.spanStart, a.active0, a.area0 = 0, s.now, a.fl.active, a.fl.area
-	s.iters[j].ended++
-	if j > 0 && s.iters[j].ended == s.o.Workers {
+	if j > 0 {
 		s.iterationDone(j - 1)
 	}
 }
 
-// iterationDone computes iteration k's statistics, now that the last
-// worker ended forward k+1, and consults the tuner.
+// iterationDone computes iteration k's statistics, now that the leader
+// ended forward k+1, and consults the tuner.
 func (s *simulation) iterationDone(k int) {
-	var a float64
-	for _, w := range s.workers {
-		a = max(a, w.fwdEnds[k])
-	}
-	n := float64(s.o.Workers)
 	it, next := &s.iters[k], &s.iters[k+1]
 	st := s.context
 	st.Iteration = k
-	st.IterationTimeS = s.now - a
-	st.ForwardS, st.BackwardS = next.fwd/n, it.bwd/n
+	st.IterationTimeS = s.now - s.workers[0].fwdEnds[k]
+	st.ForwardS, st.BackwardS = next.fwd, it.bwd
 	st.BandwidthBps = s.o.BandwidthAt(k)
 	if st.IterationTimeS > 0 {
-		st.GoodputBps = it.sent / n / st.IterationTimeS
+		st.GoodputBps = it.sent / st.IterationTimeS
 	}
 	if it.queued > 0 {
 		st.QueueDelayS = it.queue / float64(it.queued)
