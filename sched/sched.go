@@ -6,8 +6,10 @@
 // package: inputs are calls (a task was posted, a piece finished, a new
 // configuration applies from iteration k) and outputs are decisions (start
 // this piece now). It has no goroutines, no clock and no I/O, and knows
-// nothing of sockets, servers or simulated time; the simulator and the real
-// runtime both drive it. A Scheduler is not safe for concurrent use.
+// nothing of sockets, servers or simulated time. The protocol machine
+// (package proto) wraps it with epochs, placement, gates and announcements,
+// and the simulator and the real runtime both drive that. A Scheduler is
+// not safe for concurrent use.
 package sched
 
 import "fmt"

@@ -1,23 +1,26 @@
 // Package sim is a discrete-event simulator of synchronous data-parallel
 // training: it replays a model profile's compute on every worker and drives
-// the scheduling core (package sched) on a virtual clock over a network of
-// full-duplex host links, with parameter servers or ring all-reduce.
+// every worker's protocol machine (package proto, the same one the runtime
+// engine drives) on a virtual clock, over a network of full-duplex host
+// links, with parameter servers or ring all-reduce.
 //
 // It owns the network and compute models and the lower bounds; it must not
-// contain scheduling decisions (those belong to sched) and does no I/O except
+// contain protocol decisions (what starts when, in which order, where, which
+// epoch, which gate opens: those belong to proto) and does no I/O except
 // an optional trace writer handed to it.
 //
 // Network model. Every host (worker or server) has a full-duplex link to a
 // non-blocking switch with a bandwidth per direction and a latency. A
-// message leaves its sender's egress one at a time in FIFO order (the order
-// the scheduler released it) and is cut through the switch into the
-// receiver's ingress, which serves arriving messages in arrival order: it
-// occupies the ingress for at least bytes/bandwidth and cannot finish before
-// its last byte left the sender plus the latency. A ring all-reduce of a
-// piece occupies every worker's links symmetrically, so the ring is modelled
-// as one shared pipeline: 2(N-1)/N of the piece crosses each link at the
-// slowest worker's bandwidth, and the piece completes 2(N-1) latencies after
-// its last byte entered the ring.
+// message leaves its sender's egress one at a time, the one of smallest
+// priority first (the runtime's senders pick the most urgent frame), and is
+// cut through the switch into the receiver's ingress, which serves arriving
+// messages in arrival order: it occupies the ingress for at least
+// bytes/bandwidth and cannot finish before its last byte left the sender
+// plus the latency. A ring all-reduce of a piece occupies every worker's
+// links symmetrically, so the ring is modelled as one shared pipeline that
+// a piece enters once every rank started it: 2(N-1)/N of the piece crosses
+// each link at the slowest worker's bandwidth, and the piece completes
+// 2(N-1) latencies after its last byte entered the ring.
 //
 // Per-message cost. With Options.MessageCostS = c > 0 every message also
 // occupies its sender's egress for c before its first byte leaves (a fixed
@@ -71,8 +74,8 @@ type Options struct {
 	// none): every push, pull and ring step occupies its sender's egress
 	// for MessageCostS before its bytes (see sendNext and ringNext).
 	MessageCostS float64
-	// Sched is the scheduling configuration of every worker (PS) or of the
-	// leader (all-reduce).
+	// Sched is the initial scheduling configuration (epoch 0) of every
+	// worker; fifo order brings fifo's global barrier with it.
 	Sched sched.Config
 	// ShardBytes is the parameter-server transport's big-array bound: a
 	// piece larger than this is split into ceil(size/ShardBytes) near-equal
