@@ -23,6 +23,26 @@
 // Length locating the chunk in bytes within the piece. With integer-valued
 // float32 data every rank ends with bit-identical exact sums: every chunk is
 // summed once, on one rank, and then copied.
+//
+// Summation order. Chunk c is summed along the ring from rank c: it leaves
+// rank c as g_c (rank c's values), and each rank after it adds its own
+// values to the partial sum it received, so the reduced chunk, on rank c-1,
+// is ((g_c + g_c+1) + g_c+2) + ... + g_c-1, ranks mod S, element by
+// element; the all-gather copies it, so every rank ends with the same bits.
+// The order depends only on S, the piece's length and the element's place
+// in it, never on timing: a rank processes a piece's steps strictly in step
+// order, each step is a function of the rank's own data and the one frame
+// received for it, and pieces share no state, so neither when frames
+// arrive nor how many pieces are in flight changes a bit. It is rank order
+// 0..S-1 only for chunk 0 (and for every chunk with 2 ranks, where
+// addition's commutativity makes both orders equal). Rank order for every
+// chunk would need every chunk to start at rank 0: a chain that carries up
+// to 2n elements over a link instead of the ring's 2n(S-1)/S, 1.5x as long
+// with 3 ranks and 1.14x with 8, so the ring keeps its own order. Because
+// chunks are cut from pieces, runs reproduce bit for bit when they cut
+// tensors alike (the same partition in every epoch); a run whose partition
+// changes at other iterations (a tuner following measured timings) sums
+// some elements in another order.
 package allreduce
 
 import (

@@ -6,6 +6,17 @@
 // header (epoch, iteration, tensor, piece, shard), and the answer carries the
 // priority the worker put on the push, so urgent sums go out first. Which
 // server holds which piece is decided by package placement on the workers.
+//
+// Sums are bit-reproducible: every piece is summed in rank order,
+// ((g0 + g1) + g2) + ... + g(N-1) element by element, whatever order the
+// pushes arrive in (float32 addition is not associative, so arrival order
+// would make runs differ in the last bits, and the differences grow over
+// training). A push is added as soon as every lower rank's push is in the
+// sum; a push that arrives before a lower rank's is held, in the buffer it
+// was received into, until then. So a piece holds at most Workers-1 such
+// buffers besides its accumulator, and only while a lower rank is late.
+// Each element is summed in the same order however tensors are cut into
+// pieces and shards, so the sums do not depend on the partition either.
 package ps
 
 import (
@@ -45,11 +56,20 @@ type pieceKey struct {
 
 // accum is one piece being summed.
 type accum struct {
-	mu     sync.Mutex
-	sum    []float32
+	mu sync.Mutex
+	// sum holds g0 + ... + g(next-1), added in rank order; next is the
+	// rank whose push is added next.
+	sum  []float32
+	next int
+	// held are pushes of ranks above next, by rank, received before a
+	// lower rank's; nil until one arrives early.
+	held [][]byte
+	// pushes counts the pushes received, summed or held.
 	pushes int
-	hdr    transport.Header
-	// result is the encoded sum once complete (the first push's buffer).
+	// hdr is the first push's header: the others must match its size and
+	// offset, and the answer carries its priority.
+	hdr transport.Header
+	// result is the encoded sum once complete (rank 0's buffer).
 	result   []byte
 	complete bool
 	// inPlace: sum is a view of result, so the sum needs no encoding.
@@ -80,6 +100,16 @@ type Server struct {
 	statsMu sync.Mutex
 	pieces  int64
 	bytesIn int64
+
+	// held is the bytes of early pushes held now, heldPeak the most held
+	// at once: the memory that rank order costs.
+	held, heldPeak atomic.Int64
+	// arrivalOrder adds pushes as they arrive, the first one's buffer
+	// becoming the accumulator, instead of in rank order. It is not
+	// reproducible and exists only so that a benchmark can measure what
+	// rank order costs and a test can show that its check catches
+	// arrival-order sums; nothing outside the package can set it.
+	arrivalOrder bool
 }
 
 // New returns a server for o.Workers workers.
@@ -134,10 +164,11 @@ func (s *Server) Serve(ctx context.Context, conns []*transport.Conn) error {
 
 // read handles one worker's frames until it closes.
 func (s *Server) read(c *transport.Conn) error {
-	// Pushes are received into recycled buffers: a push that only adds
-	// into an accumulator leaves its buffer for the next frame; the first
-	// push of a piece keeps it to carry the answer, which returns it to
-	// the pool once written to every worker.
+	// Pushes are received into recycled buffers: a push added into an
+	// accumulator at once leaves its buffer for the next frame; rank 0's
+	// push keeps it to carry the answer, which returns it to the pool once
+	// written to every worker, and an early push keeps it until it is
+	// added, which returns it to the pool.
 	var buf []byte
 	for {
 		f, err := c.RecvInto(buf)
@@ -209,7 +240,7 @@ func (s *Server) forget(k pieceKey) {
 }
 
 // push adds f into its piece; kept reports whether the piece kept f's
-// payload (as the buffer its answer will be encoded into).
+// payload (as its accumulator or until the lower ranks' pushes arrived).
 func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err error) {
 	if f.Length%4 != 0 {
 		return false, fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole float32s", c.PeerRank(), f.Length, f.Key, f.Piece)
@@ -227,31 +258,32 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	if a.pushed[r] {
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
 	}
-	a.pushed[r] = true
-	n := int(f.Length / 4)
-	switch {
-	case a.pushes == 0:
-		// The first push's buffer carries the sum back. Where it can be
-		// viewed as float32s, the sum accumulates in it directly (no
-		// decode, no encode); otherwise in a pooled accumulator.
-		if view, ok := transport.FloatView(f.Payload); ok {
-			a.sum, a.inPlace = view, true
-		} else {
-			a.sum = getSum(n)
-			transport.Float32s(a.sum, f.Payload)
-		}
+	if a.pushes == 0 {
 		a.hdr = f.Header
-		a.result, kept = f.Payload, true
-	case len(a.sum) != n || a.hdr.Offset != f.Offset:
+	} else if f.Length != a.hdr.Length || f.Offset != a.hdr.Offset {
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
-			c.PeerRank(), f.Key, f.Piece, f.Aux, f.Iteration, f.Length, f.Offset, 4*len(a.sum), a.hdr.Offset)
-	default:
-		transport.AddFloat32s(a.sum, f.Payload)
+			r, f.Key, f.Piece, f.Aux, f.Iteration, f.Length, f.Offset, a.hdr.Length, a.hdr.Offset)
 	}
-	a.pushes++
+	kept = s.take(a, r, f.Payload)
 	if s.o.Mode == AnswerPush {
 		a.waiting = append(a.waiting, c)
 	}
+	if a.complete {
+		s.answer(a)
+	}
+	s.statsMu.Lock()
+	s.bytesIn += int64(f.Length)
+	s.statsMu.Unlock()
+	return kept, nil
+}
+
+// take records rank r's checked push b into a (a.mu held) and, with the
+// last push, encodes the sum into a.result and marks a complete. It
+// reports whether a kept b.
+func (s *Server) take(a *accum, r int, b []byte) (kept bool) {
+	a.pushed[r] = true
+	a.pushes++
+	kept = s.add(a, r, b)
 	if a.pushes == s.o.Workers {
 		if !a.inPlace {
 			transport.PutFloat32s(a.result, a.sum)
@@ -259,12 +291,65 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 		}
 		a.sum = nil
 		a.complete = true
-		s.answer(a)
 	}
-	s.statsMu.Lock()
-	s.bytesIn += int64(f.Length)
-	s.statsMu.Unlock()
-	return kept, nil
+	return kept
+}
+
+// add takes rank r's push b into a (a.mu held): into the sum if every
+// lower rank is in it, then with any held pushes that follow; held
+// otherwise. It reports whether a kept b.
+func (s *Server) add(a *accum, r int, b []byte) (kept bool) {
+	if r != a.next && !s.arrivalOrder {
+		if a.held == nil {
+			a.held = make([][]byte, s.o.Workers)
+		}
+		a.held[r] = b
+		raise(&s.heldPeak, s.held.Add(int64(len(b))))
+		return true
+	}
+	kept = a.next == 0
+	s.sumNext(a, b)
+	// Every rank above next that pushed is held (an empty push's buffer
+	// may be nil, so pushed says which).
+	for a.held != nil && a.next < len(a.held) && a.pushed[a.next] {
+		h := a.held[a.next]
+		a.held[a.next] = nil
+		s.sumNext(a, h)
+		s.held.Add(-int64(len(h)))
+		if cap(h) > 0 {
+			putBuf(h[:cap(h)])
+		}
+	}
+	return kept
+}
+
+// raise sets peak to n if n is larger.
+func raise(peak *atomic.Int64, n int64) {
+	for {
+		p := peak.Load()
+		if n <= p || peak.CompareAndSwap(p, n) {
+			return
+		}
+	}
+}
+
+// sumNext adds b, the push of rank a.next, into a's sum (a.mu held). The
+// first one's buffer carries the sum back: where it can be viewed as
+// float32s the sum accumulates in it directly (no decode, no encode),
+// otherwise in a pooled accumulator.
+func (s *Server) sumNext(a *accum, b []byte) {
+	if a.next == 0 {
+		if view, ok := transport.FloatView(b); ok {
+			a.sum, a.inPlace = view, true
+		} else {
+			a.sum = getSum(len(b) / 4)
+			transport.Float32s(a.sum, b)
+		}
+		a.result = b
+	} else {
+		transport.AddFloat32s(a.sum, b)
+	}
+	a.next++
 }
 
 func (s *Server) pull(c *transport.Conn, h transport.Header) error {

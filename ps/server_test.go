@@ -43,9 +43,19 @@ func newRig(t *testing.T, n int, mode Mode) *rig {
 // newRigCtx is newRig with Serve's context.
 func newRigCtx(t *testing.T, serveCtx context.Context, n int, mode Mode) *rig {
 	t.Helper()
+	return newRigWith(t, serveCtx, n, mode, nil)
+}
+
+// newRigWith is newRigCtx with setup, if not nil, applied to the server
+// before it serves.
+func newRigWith(t *testing.T, serveCtx context.Context, n int, mode Mode, setup func(*Server)) *rig {
+	t.Helper()
 	srv, err := New(Options{Workers: n, Mode: mode, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(srv)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -195,7 +195,7 @@ func (o *Options) Validate() error {
 	if err := o.validateDynamics(); err != nil {
 		return err
 	}
-	return o.Profile.Validate()
+	return o.validateBudget()
 }
 
 // tensorInfo is a tensor of the profile with its global index.

@@ -23,6 +23,53 @@ var ErrClosed = errors.New("transport: connection closed")
 type PeerClosedError struct {
 	Peer   string // e.g. "worker 3 (127.0.0.1:4567)"
 	Reason string
+	// Role and Rank are what the peer announced in the handshake.
+	Role string
+	Rank int
+}
+
+// LostPeerError is a connection that broke without a close frame: the
+// peer was silent for PeerTimeout (Silent), reset the connection, hung up,
+// or died in the middle of a frame. Its message is the one the errors
+// always had; the fields let a supervisor tell a process that failed on
+// its own from one that failed because it lost this peer.
+type LostPeerError struct {
+	Role   string // as the peer announced it: "worker", "server"
+	Rank   int
+	Silent bool
+	err    error
+}
+
+func (e *LostPeerError) Error() string { return e.err.Error() }
+func (e *LostPeerError) Unwrap() error { return e.err }
+
+// lost wraps err, which names the peer, as a *LostPeerError.
+func (c *Conn) lost(err error, silent bool) error {
+	return &LostPeerError{Role: c.peerRole, Rank: c.peerRank, Silent: silent, err: err}
+}
+
+// Peer is a peer a connection error names: the one lost, or the one that
+// closed the connection with a reason (its own failure, passed on).
+type Peer struct {
+	Role string
+	Rank int
+	// Silent: the peer sent nothing for PeerTimeout (it may be hung rather
+	// than dead); Closed: it closed the connection with a reason.
+	Silent, Closed bool
+}
+
+// LostPeer returns the peer err says was lost or closed the connection,
+// if err (or an error it wraps) is a *LostPeerError or *PeerClosedError.
+func LostPeer(err error) (Peer, bool) {
+	var lp *LostPeerError
+	if errors.As(err, &lp) {
+		return Peer{Role: lp.Role, Rank: lp.Rank, Silent: lp.Silent}, true
+	}
+	var pc *PeerClosedError
+	if errors.As(err, &pc) {
+		return Peer{Role: pc.Role, Rank: pc.Rank, Closed: true}, true
+	}
+	return Peer{}, false
 }
 
 func (e *PeerClosedError) Error() string {
@@ -337,7 +384,7 @@ func (c *Conn) writeErr(err error, h Header) error {
 			return c.err
 		}
 	}
-	return fmt.Errorf("transport: lost peer %s: writing %v frame: %w", c.peer, h.Kind, err)
+	return c.lost(fmt.Errorf("transport: lost peer %s: writing %v frame: %w", c.peer, h.Kind, err), false)
 }
 
 // write writes one frame, header and payload in one writev when unshaped,
@@ -431,7 +478,7 @@ func (c *Conn) RecvTo(dest func(Header) []byte) (Frame, error) {
 			if err := c.readFull(reason, "close reason", h); err != nil {
 				return Frame{}, c.fail(err)
 			}
-			return Frame{}, c.fail(&PeerClosedError{Peer: c.peer, Reason: string(reason)})
+			return Frame{}, c.fail(&PeerClosedError{Peer: c.peer, Reason: string(reason), Role: c.peerRole, Rank: c.peerRank})
 		}
 		payload, err := c.readPayload(h, dest(h))
 		if err != nil {
@@ -563,17 +610,17 @@ func (c *Conn) readFull(b []byte, what string, h Header) error {
 					continue
 				}
 				if what == "header" && got == 0 {
-					return fmt.Errorf("transport: lost peer %s: no data for %v: %w", c.peer, timeout, err)
+					return c.lost(fmt.Errorf("transport: lost peer %s: no data for %v: %w", c.peer, timeout, err), true)
 				}
-				return fmt.Errorf("transport: lost peer %s: no data for %v after %d of %d %s bytes: %w", c.peer, timeout, got, total, what, err)
+				return c.lost(fmt.Errorf("transport: lost peer %s: no data for %v after %d of %d %s bytes: %w", c.peer, timeout, got, total, what, err), true)
 			}
 			if errors.Is(err, io.EOF) {
 				if what == "header" && got == 0 {
-					return fmt.Errorf("transport: lost peer %s: connection closed without a close frame: %w", c.peer, err)
+					return c.lost(fmt.Errorf("transport: lost peer %s: connection closed without a close frame: %w", c.peer, err), false)
 				}
-				return &truncatedError{peer: c.peer, what: what, h: h, got: got, want: total, err: io.ErrUnexpectedEOF}
+				return c.lost(&truncatedError{peer: c.peer, what: what, h: h, got: got, want: total, err: io.ErrUnexpectedEOF}, false)
 			}
-			return fmt.Errorf("transport: lost peer %s: %w", c.peer, err)
+			return c.lost(fmt.Errorf("transport: lost peer %s: %w", c.peer, err), false)
 		}
 		if chunk > 0 {
 			if err := c.cfg.Ingress.WaitN(c.ctx, got-start); err != nil {

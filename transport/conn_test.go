@@ -504,6 +504,7 @@ func TestPeerTimeout(t *testing.T) {
 	_, err := srv.Recv()
 	el := time.Since(start)
 	mustContain(t, err, "transport: lost peer worker 7 (127.0.0.1:", "no data for 500ms")
+	mustLose(t, err, Peer{Role: "worker", Rank: 7, Silent: true})
 	if el < 450*time.Millisecond || el > 1500*time.Millisecond {
 		t.Fatalf("Recv failed after %v, want within PeerTimeout (500ms) + 1s", el)
 	}
@@ -548,6 +549,7 @@ func TestKilledPeer(t *testing.T) {
 		t.Fatalf("Recv took %v to notice a killed peer", el)
 	}
 	mustContain(t, err, "lost peer worker 3 (127.0.0.1:", "connection reset by peer")
+	mustLose(t, err, Peer{Role: "worker", Rank: 3})
 }
 
 func TestPeerHangsUpWithoutCloseFrame(t *testing.T) {
@@ -558,6 +560,17 @@ func TestPeerHangsUpWithoutCloseFrame(t *testing.T) {
 	nc.Close()
 	_, err := srv.Recv()
 	mustContain(t, err, "lost peer worker 8 (127.0.0.1:", "connection closed without a close frame")
+	mustLose(t, err, Peer{Role: "worker", Rank: 8})
+}
+
+// mustLose checks that err names the peer it lost, as a supervisor reads
+// it through LostPeer.
+func mustLose(t *testing.T, err error, want Peer) {
+	t.Helper()
+	got, ok := LostPeer(fmt.Errorf("wrapped: %w", err))
+	if !ok || got != want {
+		t.Fatalf("LostPeer(%v) = %+v, %v; want %+v", err, got, ok, want)
+	}
 }
 
 func TestTruncatedFrame(t *testing.T) {
@@ -586,6 +599,7 @@ func TestTruncatedFrame(t *testing.T) {
 			if !errors.Is(err, io.ErrUnexpectedEOF) {
 				t.Fatalf("error %v does not wrap io.ErrUnexpectedEOF", err)
 			}
+			mustLose(t, err, Peer{Role: "worker", Rank: 5})
 		})
 	}
 }
@@ -614,6 +628,10 @@ func TestGarbageHeaderClosesOnlyThatConnection(t *testing.T) {
 			nc.Write(tc.hdr())
 			_, err := bad.Recv()
 			mustContain(t, err, "bad frame from worker 5 (127.0.0.1:", tc.want)
+			// A peer that sends garbage is at fault, not lost.
+			if p, ok := LostPeer(err); ok {
+				t.Fatalf("LostPeer(%v) = %+v: a bad frame is not a lost peer", err, p)
+			}
 			// The bad connection is closed ...
 			nc.SetReadDeadline(time.Now().Add(2 * time.Second))
 			if _, err := io.ReadAll(nc); err != nil {
@@ -643,6 +661,7 @@ func TestCloseReasonSurfaces(t *testing.T) {
 	if !errors.As(err, &pc) || pc.Reason != "worker 1: out of memory" {
 		t.Fatalf("error %v is not a PeerClosedError with the reason", err)
 	}
+	mustLose(t, err, Peer{Role: "worker", Rank: 1, Closed: true})
 	if err := cli.Send(Frame{Header: Header{Kind: KindPush}}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Send after CloseWithReason: %v, want ErrClosed", err)
 	}

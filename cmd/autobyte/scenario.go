@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -281,4 +282,26 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		return o, err
 	}
 	return o, nil
+}
+
+// budgetFlag names the flag and value behind a budget refusal (see
+// sim.Options.Budget), so that the user knows what to change.
+func (f *scenarioFlags) budgetFlag(o sim.Options, err error) error {
+	var be *sim.BudgetError
+	if !errors.As(err, &be) {
+		return err
+	}
+	switch be.Cause {
+	case "partition":
+		v := f.partition
+		if v == "" {
+			v = units.FormatBytes(o.Sched.PartitionBytes)
+		}
+		return fmt.Errorf("--partition %s: %w", v, err)
+	case "servers":
+		return fmt.Errorf("--servers %d: %w", o.Servers, err)
+	case "iterations":
+		return fmt.Errorf("--iterations %d: %w", o.Iterations, err)
+	}
+	return fmt.Errorf("--workers %d: %w", o.Workers, err)
 }

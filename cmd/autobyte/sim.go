@@ -42,6 +42,9 @@ scripts/message-cost.sh).`,
 			if err != nil {
 				return err
 			}
+			if _, err := o.Budget(); err != nil {
+				return f.budgetFlag(o, err)
+			}
 			if o.MessageCostS, err = units.ParseDuration(messageCost); err != nil {
 				return fmt.Errorf("--message-cost: %w", err)
 			}
