@@ -248,7 +248,8 @@ type worker struct {
 	rng      *rand.Rand
 	fwdEnds  []float64
 	opStart  float64
-	acct     acct
+	// postT[t] is when tensor t's latest gradient was posted here.
+	postT []float64
 }
 
 type pieceKey struct {
@@ -286,11 +287,13 @@ type simulation struct {
 	err        error
 	// trace bookkeeping for rank 0
 	postedAt map[pieceKey]float64
-	// measurements and reconfiguration (tuning.go)
-	iters   []iterAcct // by iteration, Iterations+1 of them
-	context tune.Stats // the constant part of every iteration's stats
-	stats   []tune.Stats
-	configs []ConfigChange // accepted, by increasing FromIteration
+	// measurements and reconfiguration (tuning.go): the leader's
+	// statistics and the pieces it started per iteration
+	measure      *stats.Collector
+	leaderPieces []int
+	context      tune.Stats // the constant part of every iteration's stats
+	stats        []tune.Stats
+	configs      []ConfigChange // accepted, by increasing FromIteration
 	// pushed, if set, sees every push as it arrives at its server (tests).
 	pushed func(server int32, k pieceKey, bytes int64)
 }
@@ -335,7 +338,12 @@ func (s *simulation) run() (*Result, error) {
 func newSimulation(o Options) (*simulation, error) {
 	p := o.Profile
 	s := &simulation{o: o, arrived: map[pieceKey]int32{}, ringStarts: map[pieceKey]int32{},
-		iters: make([]iterAcct, o.Iterations+1), configs: []ConfigChange{{Config: o.Sched}}}
+		leaderPieces: make([]int, o.Iterations+1), configs: []ConfigChange{{Config: o.Sched}}}
+	share := 1.0
+	if n := float64(o.Workers); o.Arch == AllReduce {
+		share = 2 * (n - 1) / n
+	}
+	s.measure = stats.NewCollector(share)
 	var tensors []proto.Tensor
 	for l, layer := range p.Layers {
 		var ids []int
@@ -367,8 +375,7 @@ func newSimulation(o Options) (*simulation, error) {
 		}
 		w := &worker{rank: r, m: m, fwd: true, synced: make([]int, L),
 			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
-		w.acct.fl = &flight{}
-		w.acct.postT = make([]float64, len(s.tensors))
+		w.postT = make([]float64, len(s.tensors))
 		for l := range w.synced {
 			w.synced[l] = -1
 		}
@@ -444,20 +451,18 @@ func (s *simulation) drain(w *worker) {
 			s.ringStarted(m)
 		}
 	}
-	for _, st := range rd.Started {
-		p := st.Piece
-		w.acct.fl.add(s.now, p.Bytes)
-		if w.rank == 0 {
-			it := &s.iters[p.Iteration]
-			it.queue += max(0, s.now-w.acct.postT[p.Tensor])
-			it.queued++
-			it.leaderPieces++
+	if w.rank == 0 {
+		// The tuner's statistics are the leader's (tune.Stats).
+		for _, st := range rd.Started {
+			p := st.Piece
+			s.measure.PieceStarted(p.Iteration, p.Bytes, w.postT[p.Tensor], s.now, st.InFlightBytes)
+			s.leaderPieces[p.Iteration]++
 		}
-	}
-	for _, f := range rd.Finished {
-		w.acct.fl.add(s.now, -f.Piece.Bytes)
-		if w.rank == 0 && s.postedAt != nil {
-			s.traceComm(f.Piece)
+		for _, f := range rd.Finished {
+			s.measure.PieceDone(s.now, f.InFlightBytes)
+			if s.postedAt != nil {
+				s.traceComm(f.Piece)
+			}
 		}
 	}
 	for _, g := range rd.Opened {
@@ -493,13 +498,14 @@ func (s *simulation) advance(w *worker) {
 	}
 	w.busy = true
 	w.opStart = s.now
-	s.opStarted(w)
 	s.q.push(s.now+d, evCompute, int32(w.rank))
 }
 
 func (s *simulation) computeDone(w *worker) {
 	w.busy = false
-	s.opDone(w)
+	if w.rank == 0 {
+		s.measure.Compute(w.fwd, w.iter, w.opStart, s.now)
+	}
 	if w.rank == 0 && s.o.Trace != nil {
 		name := fmt.Sprintf("FW %s", s.o.Profile.Layers[w.layer].Name)
 		if !w.fwd {
@@ -512,7 +518,9 @@ func (s *simulation) computeDone(w *worker) {
 		w.layer++
 		if w.layer == L {
 			w.fwdEnds = append(w.fwdEnds, s.now)
-			s.forwardEnded(w, len(w.fwdEnds)-1)
+			if j := len(w.fwdEnds) - 1; w.rank == 0 && j > 0 {
+				s.iterationDone(j - 1)
+			}
 			if w.iter == s.o.Iterations {
 				w.done = true
 				return
@@ -539,7 +547,7 @@ func (s *simulation) postLayer(w *worker, l int) {
 		if s.postedAt != nil && w.rank == 0 {
 			s.postedAt[pieceKey{iter: int32(w.iter), tensor: int32(t)}] = s.now
 		}
-		w.acct.postT[t] = s.now
+		w.postT[t] = s.now
 		s.check(w.m.Post(t, w.iter))
 		s.drain(w)
 	}
@@ -652,9 +660,6 @@ func (s *simulation) sendNext(src int32) {
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
 	d.ingressByte += m.bytes
-	if m.push && m.src == 0 {
-		s.iters[m.piece.Iteration].sent += float64(m.bytes)
-	}
 	h.busy = true
 	s.q.push(egressEnd, evEgressFree, src)
 	s.q.push(inEnd, evDeliver, id)
@@ -769,7 +774,6 @@ func (s *simulation) ringNext() {
 	n := float64(s.o.Workers)
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
-	s.iters[p.Iteration].sent += share
 	// Each of the piece's 2(N-1) ring steps is one message per worker, each
 	// charged MessageCostS on its sender, all workers at once: the ring is
 	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
@@ -815,7 +819,7 @@ func (s *simulation) result() *Result {
 	var total float64
 	for k, t := range r.IterationTimesS {
 		total += t
-		r.PiecesPerIteration = append(r.PiecesPerIteration, s.iters[k].leaderPieces)
+		r.PiecesPerIteration = append(r.PiecesPerIteration, s.leaderPieces[k])
 	}
 	r.MeanIterationTimeS = total / float64(o.Iterations)
 	for _, c := range s.configs {

@@ -3,8 +3,9 @@ package sim
 // Reconfiguration while a run goes on, and the per-iteration statistics a
 // tuner sees.
 //
-// After iteration k completes (the last worker ends forward k+1) the
-// simulator computes k's tune.Stats from its events and hands them to
+// After iteration k completes on the leader (rank 0 ends forward k+1) the
+// simulator computes k's tune.Stats from the leader's events with
+// stats.Collector, as the runtime's leader does, and hands them to
 // Options.Tuner. A proposal must apply from iteration k+tune.Lead or later:
 // by then some workers may already have posted gradients of k+1, which keep
 // the partitioning they were cut with (proto.Schedule is the rule). The
@@ -26,55 +27,6 @@ import (
 // (until the next change).
 type ConfigChange = tune.ConfigChange
 
-// flight integrates a scheduling core's bytes in flight over time.
-type flight struct {
-	t      float64 // last update
-	bytes  int64   // in flight now
-	active float64 // total time with bytes in flight
-	area   float64 // integral of the bytes in flight over time
-}
-
-// at brings the integrals up to now.
-func (f *flight) at(now float64) {
-	if f.bytes > 0 {
-		dt := now - f.t
-		f.active += dt
-		f.area += float64(f.bytes) * dt
-	}
-	f.t = now
-}
-
-func (f *flight) add(now float64, b int64) {
-	f.at(now)
-	f.bytes += b
-}
-
-// acct is a worker's measurements of its current iteration span (from the
-// end of its last forward pass).
-type acct struct {
-	fl        *flight // the worker's core, or the all-reduce leader
-	opMark    float64 // fl.active when the current compute step started
-	overlap   float64 // compute time with bytes in flight, this span
-	spanStart float64
-	active0   float64 // fl.active at spanStart
-	area0     float64 // fl.area at spanStart
-	// postT[t] is when tensor t's latest gradient was posted here.
-	postT []float64
-}
-
-// iterAcct sums the leader's measurements of one iteration (tune.Stats
-// are rank 0's), and counts the pieces it started.
-type iterAcct struct {
-	fwd, bwd     float64 // compute of forward k (for span k-1) and backward k
-	sent         float64 // bytes the leader sent for k's gradients
-	queue        float64 // queueing delays of k's pieces
-	queued       int64   // pieces counted in queue
-	comm         float64 // time with pieces in flight, span k
-	overlap      float64
-	area, span   float64
-	leaderPieces int // pieces of k the leader started
-}
-
 // jobContext is the part of tune.Stats that is constant over a run.
 func (s *simulation) jobContext() tune.Stats {
 	o := s.o
@@ -90,73 +42,17 @@ func (s *simulation) jobContext() tune.Stats {
 	return st
 }
 
-// opStarted notes that w starts a compute step now.
-func (s *simulation) opStarted(w *worker) {
-	w.acct.fl.at(s.now)
-	w.acct.opMark = w.acct.fl.active
-}
-
-// opDone accounts the compute step w just finished (before its phase
-// advances: w.fwd and w.iter still describe the step). Only the leader's
-// steps count: tune.Stats are rank 0's measurements, in the simulator as in
-// the runtime, where only rank 0 tunes.
-func (s *simulation) opDone(w *worker) {
-	a := &w.acct
-	a.fl.at(s.now)
-	a.overlap += a.fl.active - a.opMark
-	if w.rank != 0 {
-		return
-	}
-	if w.fwd {
-		s.iters[w.iter].fwd += s.now - w.opStart
-	} else {
-		s.iters[w.iter].bwd += s.now - w.opStart
-	}
-}
-
-// forwardEnded closes the leader's span of the previous iteration when it
-// ended forward pass j (j = len(w.fwdEnds)-1) and completes iteration j-1,
-// as the runtime's leader does after its own forward pass.
-func (s *simulation) forwardEnded(w *worker, j int) {
-	if w.rank != 0 {
-		return
-	}
-	a := &w.acct
-	a.fl.at(s.now)
-	if j > 0 {
-		it := &s.iters[j-1]
-		it.comm += a.fl.active - a.active0
-		it.overlap += a.overlap
-		it.area += a.fl.area - a.area0
-		it.span += s.now - a.spanStart
-	}
-	a.overlap, a.spanStart, a.active0, a.area0 = 0, s.now, a.fl.active, a.fl.area
-	if j > 0 {
-		s.iterationDone(j - 1)
-	}
-}
-
 // iterationDone computes iteration k's statistics, now that the leader
-// ended forward k+1, and consults the tuner.
+// ended forward k+1, from what the leader's stats.Collector measured (the
+// runtime's leader measures with the same collector), and consults the
+// tuner.
 func (s *simulation) iterationDone(k int) {
-	it, next := &s.iters[k], &s.iters[k+1]
+	leader := s.workers[0]
+	m := s.measure.IterationEnded(k, s.now-leader.fwdEnds[k], s.now)
 	st := s.context
-	st.Iteration = k
-	st.IterationTimeS = s.now - s.workers[0].fwdEnds[k]
-	st.ForwardS, st.BackwardS = next.fwd, it.bwd
+	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationS, m.ForwardS, m.BackwardS
+	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
 	st.BandwidthBps = s.o.BandwidthAt(k)
-	if st.IterationTimeS > 0 {
-		st.GoodputBps = it.sent / st.IterationTimeS
-	}
-	if it.queued > 0 {
-		st.QueueDelayS = it.queue / float64(it.queued)
-	}
-	if it.comm > 0 {
-		st.Overlap = it.overlap / it.comm
-	}
-	if it.span > 0 {
-		st.InFlightBytes = it.area / it.span
-	}
 	st.Config = s.configAt(k)
 	s.stats = append(s.stats, st)
 	if s.o.Tuner == nil {
