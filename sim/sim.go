@@ -224,7 +224,7 @@ type host struct {
 	lat float64 // latency of this host's link (half of a host-to-host latency)
 	// queue holds the messages waiting for the egress, most urgent first:
 	// the runtime's senders pick the frame of smallest priority next.
-	queue       []int32
+	queue       minHeap[queued]
 	busy        bool
 	ingressFree float64
 	egressBytes int64
@@ -277,7 +277,7 @@ type simulation struct {
 	// all-reduce state: ringStarts counts the ranks that started a piece;
 	// ringReady holds the pieces every rank started, most urgent first.
 	ringStarts map[pieceKey]int32
-	ringReady  ringHeap
+	ringReady  minHeap[ringPiece]
 	ringSeq    uint64
 	ringBusy   bool
 	ringSlots  []sched.Piece
@@ -296,12 +296,6 @@ type simulation struct {
 	configs      []ConfigChange // accepted, by increasing FromIteration
 	// pushed, if set, sees every push as it arrives at its server (tests).
 	pushed func(server int32, k pieceKey, bytes int64)
-}
-
-type ringPiece struct {
-	p    sched.Piece
-	prio uint64
-	seq  uint64
 }
 
 // Run simulates the job described by o.
@@ -574,57 +568,10 @@ func (s *simulation) send(m message) {
 		s.msgs = append(s.msgs, m)
 	}
 	h := &s.hosts[m.src]
-	s.enqueue(h, id)
+	h.queue.push(queued{prio: m.prio, seq: m.seq, id: id})
 	if !h.busy {
 		s.sendNext(m.src)
 	}
-}
-
-// urgent orders a host's egress queue: smallest priority first, then send
-// order.
-func (s *simulation) urgent(a, b int32) bool {
-	ma, mb := &s.msgs[a], &s.msgs[b]
-	if ma.prio != mb.prio {
-		return ma.prio < mb.prio
-	}
-	return ma.seq < mb.seq
-}
-
-// enqueue and dequeue keep h.queue a binary min-heap under urgent.
-func (s *simulation) enqueue(h *host, id int32) {
-	h.queue = append(h.queue, id)
-	i := len(h.queue) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !s.urgent(h.queue[i], h.queue[parent]) {
-			return
-		}
-		h.queue[i], h.queue[parent] = h.queue[parent], h.queue[i]
-		i = parent
-	}
-}
-
-func (s *simulation) dequeue(h *host) int32 {
-	top := h.queue[0]
-	n := len(h.queue) - 1
-	h.queue[0] = h.queue[n]
-	h.queue = h.queue[:n]
-	i := 0
-	for {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if r := child + 1; r < n && s.urgent(h.queue[r], h.queue[child]) {
-			child = r
-		}
-		if !s.urgent(h.queue[child], h.queue[i]) {
-			break
-		}
-		h.queue[i], h.queue[child] = h.queue[child], h.queue[i]
-		i = child
-	}
-	return top
 }
 
 // sendNext starts the most urgent queued message on host src's egress and
@@ -645,10 +592,10 @@ func (s *simulation) dequeue(h *host) int32 {
 // the next message, as a busy sender does.
 func (s *simulation) sendNext(src int32) {
 	h := &s.hosts[src]
-	if h.busy || len(h.queue) == 0 {
+	if h.busy || h.queue.Len() == 0 {
 		return
 	}
-	id := s.dequeue(h)
+	id := h.queue.pop().id
 	m := &s.msgs[id]
 	d := &s.hosts[m.dst]
 	bw := s.o.BandwidthAt(m.piece.Iteration)
@@ -717,57 +664,10 @@ func (s *simulation) ringStarted(m proto.Message) {
 	s.ringNext()
 }
 
-// ringHeap holds the pieces ready for the ring, most urgent first.
-type ringHeap []ringPiece
-
-func (h ringHeap) less(i, j int) bool {
-	if h[i].prio != h[j].prio {
-		return h[i].prio < h[j].prio
-	}
-	return h[i].seq < h[j].seq
-}
-
-func (h *ringHeap) push(rp ringPiece) {
-	*h = append(*h, rp)
-	q := *h
-	for i := len(q) - 1; i > 0; {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q[i], q[parent] = q[parent], q[i]
-		i = parent
-	}
-}
-
-func (h *ringHeap) pop() ringPiece {
-	q := *h
-	top := q[0]
-	n := len(q) - 1
-	q[0] = q[n]
-	q = q[:n]
-	for i := 0; ; {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if r := child + 1; r < n && q.less(r, child) {
-			child = r
-		}
-		if !q.less(child, i) {
-			break
-		}
-		q[i], q[child] = q[child], q[i]
-		i = child
-	}
-	*h = q
-	return top
-}
-
 // ringNext puts the most urgent ready piece on the ring. The ring is one
 // shared pipeline: every worker's links carry 2(N-1)/N of each piece.
 func (s *simulation) ringNext() {
-	if s.ringBusy || len(s.ringReady) == 0 {
+	if s.ringBusy || s.ringReady.Len() == 0 {
 		return
 	}
 	p := s.ringReady.pop().p
