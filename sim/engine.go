@@ -93,29 +93,29 @@ func (q *eventQueue) push(t float64, kind eventKind, who int32) {
 	q.minHeap.push(event{t: t, seq: q.seq, kind: kind, who: who})
 }
 
-// queued is a message waiting in a host's egress, by its priority and
-// then send order.
-type queued struct {
-	prio, seq uint64
-	id        int32
-}
+// urgency orders what waits for a link: the priority the protocol machine
+// gave it, then the order it came in.
+type urgency struct{ prio, seq uint64 }
 
-func (a queued) before(b queued) bool {
+func (a urgency) before(b urgency) bool {
 	if a.prio != b.prio {
 		return a.prio < b.prio
 	}
 	return a.seq < b.seq
 }
+
+// queued is a message waiting in a host's egress.
+type queued struct {
+	urgency
+	id int32
+}
+
+func (a queued) before(b queued) bool { return a.urgency.before(b.urgency) }
 
 // ringPiece is a piece every rank started, waiting for the ring.
 type ringPiece struct {
-	p         sched.Piece
-	prio, seq uint64
+	urgency
+	p sched.Piece
 }
 
-func (a ringPiece) before(b ringPiece) bool {
-	if a.prio != b.prio {
-		return a.prio < b.prio
-	}
-	return a.seq < b.seq
-}
+func (a ringPiece) before(b ringPiece) bool { return a.urgency.before(b.urgency) }

@@ -568,7 +568,7 @@ func (s *simulation) send(m message) {
 		s.msgs = append(s.msgs, m)
 	}
 	h := &s.hosts[m.src]
-	h.queue.push(queued{prio: m.prio, seq: m.seq, id: id})
+	h.queue.push(queued{urgency: urgency{prio: m.prio, seq: m.seq}, id: id})
 	if !h.busy {
 		s.sendNext(m.src)
 	}
@@ -660,7 +660,7 @@ func (s *simulation) ringStarted(m proto.Message) {
 	}
 	delete(s.ringStarts, k)
 	s.ringSeq++
-	s.ringReady.push(ringPiece{p: p, prio: m.Priority, seq: s.ringSeq})
+	s.ringReady.push(ringPiece{urgency: urgency{prio: m.Priority, seq: s.ringSeq}, p: p})
 	s.ringNext()
 }
 
