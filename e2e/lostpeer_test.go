@@ -289,3 +289,62 @@ func TestCleanShutdown(t *testing.T) {
 		}
 	}
 }
+
+// TestLaunchHungChild stops (SIGSTOP) one child of 'autobyte launch': a
+// process that hangs instead of dying keeps its sockets open, so only the
+// peer timeout (5 s) notices it. Launch must end within 10 s of the stop,
+// name the hung child as the root cause and leave nothing behind.
+func TestLaunchHungChild(t *testing.T) {
+	cases := []struct {
+		victim string // the child's role flag
+		name   string
+	}{
+		{"server --index=0", "server 0"},
+		{"worker --rank=2", "worker 2"},
+	}
+	for _, c := range cases {
+		t.Run("stop-"+strings.ReplaceAll(c.name, " ", "-"), func(t *testing.T) {
+			args := append([]string{"launch", "--arch=ps", "--workers=3", "--servers=2"}, lostPeerScenario...)
+			l := start(t, "launch", nil, args...)
+			l.waitLine(t, "[worker 0] iteration 2/", 60*time.Second)
+			kids := childrenOf(l.cmd.Process.Pid)
+			victim := 0
+			for pid, cl := range kids {
+				if strings.Contains(cl, " "+c.victim+" ") {
+					victim = pid
+				}
+			}
+			if victim == 0 {
+				t.Fatalf("no child of launch runs %q; children: %v", c.victim, kids)
+			}
+			if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			// A stopped victim left behind must not outlive the test.
+			t.Cleanup(func() { _ = syscall.Kill(victim, syscall.SIGKILL) })
+			stopped := time.Now()
+			if !l.wait(30 * time.Second) {
+				t.Fatalf("launch still running 30 s after %s was stopped:\n%s", c.name, l.output())
+			}
+			d := l.exit.Sub(stopped)
+			errLine := lastLine(l.stderr.String())
+			t.Logf("stopped %s (pid %d): launch exited %d after %.2f s: %s", c.name, victim, l.code(), d.Seconds(), errLine)
+			if d >= 10*time.Second {
+				t.Errorf("launch took %.2f s to end the job after %s hung, want < 10 s", d.Seconds(), c.name)
+			}
+			if l.code() == 0 {
+				t.Errorf("launch exited 0 after %s hung", c.name)
+			}
+			if want := "autobyte: launch: " + c.name + " stopped responding: "; !strings.HasPrefix(errLine, want) || !strings.Contains(errLine, "no data for 5s") {
+				t.Errorf("launch's last line should name %s as hung (%q..., with the peer timeout), got %q", c.name, want, errLine)
+			}
+			noCrash(t, "launch", l.output())
+			time.Sleep(300 * time.Millisecond)
+			for pid, cl := range kids {
+				if st, now := procState(pid); st != "" && now == cl {
+					t.Errorf("child %d (%s) left behind in state %s after launch exited", pid, cl, st)
+				}
+			}
+		})
+	}
+}

@@ -25,7 +25,9 @@ def parser(description):
     p.add_argument("--weight-decay", type=float, default=0.0)
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads per worker")
     p.add_argument("--save", default="", help="rank 0 saves the final parameters (state_dict) to this file")
+    p.add_argument("--save-init", default="", help="rank 0 saves the initial parameters (state_dict) to this file")
     p.add_argument("--losses", action="store_true", help="include rank 0's loss of every step in the result")
+    p.add_argument("--compile", action="store_true", help="train torch.compile(model) (torch 2)")
     return p
 
 
@@ -38,6 +40,8 @@ def check(args):
         sys.exit("--batch must be >= 1, got %d" % args.batch)
     if args.threads < 1:
         sys.exit("--threads must be >= 1, got %d" % args.threads)
+    if args.compile and not hasattr(torch, "compile"):
+        sys.exit("--compile needs torch >= 2.0, this is torch %s" % torch.__version__)
     torch.set_num_threads(args.threads)
 
 
@@ -73,7 +77,13 @@ def distribute(args, model):
 def train(args, model, batch_fn, loss_fn):
     """Runs the loop; prints the result JSON line on rank 0."""
     rank, world = rank_and_size()
+    if args.save_init and rank == 0:
+        torch.save(model.state_dict(), args.save_init)
     net, opt, finish = distribute(args, model)
+    if args.compile:
+        # autobyte's hooks are on the modules themselves, so the compiled
+        # wrapper runs them; DDP is compiled around its own wrapper.
+        net = torch.compile(net)
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, times = [], []
     t0 = time.perf_counter()
@@ -96,6 +106,8 @@ def train(args, model, batch_fn, loss_fn):
         "iteration_time_s": sum(steady) / len(steady),
         "final_loss": losses[-1],
         "params": sum(p.numel() for p in model.parameters()),
+        "torch": torch.__version__,
+        "compiled": args.compile,
     }
     if args.losses:
         result["losses"] = losses

@@ -877,3 +877,51 @@ func TestTruncatedLargePayloadCountsFromStart(t *testing.T) {
 	_, err := srv.Recv()
 	mustContain(t, err, fmt.Sprintf("got %d of %d payload bytes (ring frame", sent, want))
 }
+
+// TestProbe: Probe tells an autobyte listener from nothing and from a
+// program that waits for its client to speak; the listener logs a probe
+// at debug level only and keeps accepting.
+func TestProbe(t *testing.T) {
+	checkLeaks(t)
+	var log logBuf
+	cfg := testConfig("worker", 0)
+	cfg.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l := listen(t, cfg)
+	if err := Probe(context.Background(), l.Addr().String(), time.Second); err != nil {
+		t.Fatalf("Probe of an autobyte listener: %v", err)
+	}
+	log.waitFor(t, 2*time.Second, "level=DEBUG", "transport: probed")
+	if s := log.String(); strings.Contains(s, "refused peer") {
+		t.Errorf("a probe was logged as a refused peer:\n%s", s)
+	}
+	dial(t, l, testConfig("worker", 1)) // still accepting
+
+	// A listener that never speaks first (as a TCP store does).
+	quiet, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer quiet.Close()
+	go func() {
+		for {
+			c, err := quiet.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	start := time.Now()
+	err = Probe(context.Background(), quiet.Addr().String(), 300*time.Millisecond)
+	if err == nil || !strings.Contains(err.Error(), "not an autobyte listener") {
+		t.Errorf("Probe of a silent listener: %v, want not an autobyte listener", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("Probe took %v with a 300ms timeout", el)
+	}
+	addr := quiet.Addr().String()
+	quiet.Close()
+	if err := Probe(context.Background(), addr, 300*time.Millisecond); err == nil || !strings.Contains(err.Error(), "refused") {
+		t.Errorf("Probe of a closed port: %v, want connection refused", err)
+	}
+}

@@ -22,6 +22,7 @@ import (
 //	ok      server->client  'K' rank[4] roleLen[1] macS[32] role             41+roleLen bytes
 //	refuse  server->client  'R' reasonLen[1] reason                          5+reasonLen bytes
 //	confirm client->server  'C'                                             4 bytes
+//	probe   client->server  'P' (instead of auth: only checking who listens) 4 bytes
 //
 // macC = HMAC-SHA256(token, "autobyte client v1" || nonceS || rankC || roleC)
 // macS = HMAC-SHA256(token, "autobyte server v1" || nonceC || nonceS || rankS || roleS)
@@ -31,6 +32,7 @@ const (
 	msgOK      = 'K'
 	msgRefuse  = 'R'
 	msgConfirm = 'C'
+	msgProbe   = 'P'
 
 	nonceSize    = 32
 	macSize      = sha256.Size
@@ -187,6 +189,9 @@ func clientHandshake(nc net.Conn, cfg Config, addr string) (int, string, error) 
 type refusal struct {
 	reason string
 	tell   bool
+	// probe: the peer only checked that we listen (Probe); not a refusal
+	// worth a warning.
+	probe bool
 }
 
 func (r *refusal) Error() string { return r.reason }
@@ -208,6 +213,9 @@ func serverHandshake(nc net.Conn, cfg Config) (int, string, error) {
 	// peer is told why without waiting for bytes it will never send.
 	if err := readMsg(nc, auth[:4], "auth", cfg.HandshakeTimeout); err != nil {
 		return 0, "", &refusal{reason: "handshake: " + err.Error()}
+	}
+	if checkPrefix(auth[:4], "probe", msgProbe) == nil {
+		return 0, "", &refusal{reason: "probed (the peer only checked that we listen)", probe: true}
 	}
 	if err := checkPrefix(auth[:4], "auth", msgAuth); err != nil {
 		return refuse("handshake: %v", err)

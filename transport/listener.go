@@ -26,6 +26,35 @@ func setupTCP(tcp *net.TCPConn, cfg Config) error {
 	return nil
 }
 
+// Probe checks whether an autobyte listener (without TLS) answers at addr:
+// it connects, reads the listener's hello, says it is only probing and
+// hangs up, all within timeout. The listener logs a probe at debug level,
+// not as a refused peer. It returns nil for an autobyte listener and an
+// error saying what answered otherwise: nothing (connection refused),
+// or something that sends no autobyte hello (another program on the port,
+// such as a torch.distributed store, which waits for its client to speak).
+func Probe(ctx context.Context, addr string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("transport: probe %s: %w", addr, err)
+	}
+	defer nc.Close()
+	dl, _ := ctx.Deadline()
+	nc.SetDeadline(dl)
+	hello := make([]byte, helloSize)
+	if err := readMsg(nc, hello, "hello", timeout); err != nil {
+		return fmt.Errorf("transport: probe %s: %v (not an autobyte listener)", addr, err)
+	}
+	if err := checkPrefix(hello, "hello", msgHello); err != nil {
+		return fmt.Errorf("transport: probe %s: %v", addr, err)
+	}
+	_, _ = nc.Write(msgPrefix(msgProbe))
+	return nil
+}
+
 // Dial connects to addr and runs the client handshake. Connection refused
 // is retried (with backoff up to 1 s) until ctx is done, so peers may start
 // in any order. The handshake is bounded by cfg.HandshakeTimeout and ctx.
@@ -283,6 +312,10 @@ func (l *Listener) handshake(raw net.Conn) {
 			sendRefusal(nc, r.reason)
 		}
 		nc.Close()
+		if r != nil && r.probe {
+			l.cfg.Logger.Debug("transport: probed", "remote", addr, "listener", l.Addr().String())
+			return
+		}
 		l.refused(addr, err.Error())
 		return
 	}

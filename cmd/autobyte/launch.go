@@ -1,12 +1,11 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +24,7 @@ import (
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
+	"github.com/autobyte/autobyte/supervise"
 	"github.com/autobyte/autobyte/testbed"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
@@ -68,6 +67,10 @@ the failed process's error.`,
 			spec, o, err := f.spec(cmd)
 			if err != nil {
 				return err
+			}
+			// Every process runs on this machine: its memory is the bound.
+			if _, err := o.RuntimeBudget(supervise.MachineMemory()); err != nil {
+				return f.budgetFlag(o, err)
 			}
 			if _, err := parseVerify(verify); err != nil {
 				return err
@@ -300,25 +303,54 @@ func freePort() (int, error) {
 	return port, nil
 }
 
-type child struct {
-	name    string
-	cmd     *exec.Cmd
-	stdout  bytes.Buffer
-	lastErr string
-	mu      sync.Mutex
+// childArgs is the command line of an autobyte child of a job: its role
+// ("server" or "worker") and index, the role's own flags, the job's
+// flags every process shares, and where it listens. Every child launch
+// starts is built here.
+func childArgs(role string, index int, own, job []string, listen string) []string {
+	flag := "--rank="
+	if role == "server" {
+		flag = "--index="
+	}
+	args := append([]string{role, flag + strconv.Itoa(index)}, own...)
+	return append(append(args, job...), "--listen="+listen)
 }
 
-// launchLocal runs the job as child processes on loopback.
-func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc launchConfig) (*launchResult, error) {
+// newToken is a fresh cluster token for one job.
+func newToken() (string, error) {
+	tok := make([]byte, 16)
+	if _, err := rand.Read(tok); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(tok), nil
+}
+
+// reportFailure writes the root cause's last lines of stderr to w (they
+// are not otherwise shown in full) and returns the job's error.
+func reportFailure(w io.Writer, err error) error {
+	var f *supervise.Failure
+	if errors.As(err, &f) && len(f.Lines) > 0 {
+		n := min(len(f.Lines), 10)
+		fmt.Fprintf(w, "%s: last %d lines of stderr:\n", f.Child, n)
+		for _, l := range f.Lines[len(f.Lines)-n:] {
+			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+	return fmt.Errorf("launch: %w", err)
+}
+
+// launchLocal runs the job as child processes on loopback (or in testbed
+// hosts).
+func launchLocal(ctx context.Context, childArgsCommon []string, spec job.Spec, lc launchConfig) (*launchResult, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("launch: cannot find this program to start children: %w", err)
 	}
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
+	token, err := newToken()
+	if err != nil {
 		return nil, err
 	}
-	common := append(childArgs, "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
+	common := append(childArgsCommon, "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
 	master, listen := "", func(int) string { return "127.0.0.1:0" }
 	if lc.bed != nil {
 		// The testbed shapes the links; processes must not shape again.
@@ -333,105 +365,76 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 		master = "127.0.0.1:" + strconv.Itoa(port)
 	}
 	common = append(common, "--master="+master)
-	env := append(os.Environ(), "AUTOBYTE_TOKEN="+hex.EncodeToString(tok))
-	var children []*child
-	add := func(name string, host int, args ...string) {
-		args = append(append(args, common...), "--listen="+listen(host))
-		c := &child{name: name}
-		if lc.bed != nil {
-			c.cmd = lc.bed.Command(ctx, host, self, args...)
-		} else {
-			c.cmd = exec.Command(self, args...)
-		}
-		c.cmd.Env = env
-		c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		children = append(children, c)
-	}
-	for m := 0; m < spec.Servers; m++ {
-		add(fmt.Sprintf("server %d", m), m, "server", "--index="+strconv.Itoa(m))
-	}
-	for r := 0; r < spec.Workers; r++ {
-		args := append([]string{"worker", "--rank=" + strconv.Itoa(r), "--verify=" + lc.verify}, lc.workerArgs...)
-		if lc.traceDir != "" {
-			args = append(args, "--trace="+filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", r)))
-		}
-		if lc.metricsPort > 0 {
-			args = append(args, "--metrics-addr=:"+strconv.Itoa(lc.metricsPort+r))
-		}
-		add(fmt.Sprintf("worker %d", r), spec.Servers+r, args...)
-	}
+	env := append(os.Environ(), "AUTOBYTE_TOKEN="+token)
 	start := time.Now()
 	var rates *rateDriver
 	if lc.bed != nil && len(lc.rateSteps) > 0 {
 		rates = newRateDriver(lc.bed, spec.Servers+spec.Workers, lc.rateSteps, spec.Iterations, start, lc.progress)
 		go rates.run(ctx)
 	}
-	failed := make(chan *child, len(children))
-	var wg sync.WaitGroup
+	var mu sync.Mutex // lc.progress
+	show := func(name, line string) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(lc.progress, "[%s] %s\n", name, line)
+	}
+	sup := supervise.New(supervise.Options{OnMessage: func(c *supervise.Child, m supervise.Message) {
+		if c.Name != "worker 0" {
+			return
+		}
+		switch m.Kind {
+		case supervise.KindIteration:
+			show(c.Name, fmt.Sprintf("iteration %d/%d: %s", m.Iteration, m.Of, units.FormatSeconds(m.Seconds)))
+			if rates != nil {
+				rates.reached(m.Iteration)
+			}
+		case supervise.KindTuner:
+			show(c.Name, "tuner: "+m.Text)
+		}
+	}})
+	var children []*supervise.Child
+	add := func(name, role string, index, host int, own ...string) {
+		args := childArgs(role, index, own, common, listen(host))
+		var cmd *exec.Cmd
+		if lc.bed != nil {
+			cmd = lc.bed.Command(ctx, host, self, args...)
+		} else {
+			cmd = exec.Command(self, args...)
+		}
+		cmd.Env = env
+		c := &supervise.Child{Name: name, Cmd: cmd, Status: true, Server: role == "server"}
+		c.OnStderr = func(line string) {
+			if strings.Contains(line, "level=ERROR") {
+				show(name, line)
+			}
+		}
+		children = append(children, c)
+	}
+	for m := 0; m < spec.Servers; m++ {
+		add(fmt.Sprintf("server %d", m), "server", m, m)
+	}
+	for r := 0; r < spec.Workers; r++ {
+		own := append([]string{"--verify=" + lc.verify}, lc.workerArgs...)
+		if lc.traceDir != "" {
+			own = append(own, "--trace="+filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", r)))
+		}
+		if lc.metricsPort > 0 {
+			own = append(own, "--metrics-addr=:"+strconv.Itoa(lc.metricsPort+r))
+		}
+		add(fmt.Sprintf("worker %d", r), "worker", r, spec.Servers+r, own...)
+	}
 	for _, c := range children {
-		c.cmd.Stdout = &c.stdout
-		stderr, err := c.cmd.StderrPipe()
-		if err != nil {
-			return nil, err
+		if err := sup.Start(c); err != nil {
+			stopNow(sup)
+			return nil, fmt.Errorf("launch: %w", err)
 		}
-		if err := c.cmd.Start(); err != nil {
-			killAll(children)
-			return nil, fmt.Errorf("launch: starting %s: %w", c.name, err)
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sc := bufio.NewScanner(stderr)
-			sc.Buffer(make([]byte, 64<<10), 1<<20)
-			for sc.Scan() {
-				line := sc.Text()
-				c.mu.Lock()
-				c.lastErr = line
-				c.mu.Unlock()
-				if c.name == "worker 0" && rates != nil {
-					rates.line(line)
-				}
-				if c.name == "worker 0" && (strings.HasPrefix(line, "iteration ") || strings.HasPrefix(line, "tuner: ")) || strings.Contains(line, "level=ERROR") {
-					fmt.Fprintf(lc.progress, "[%s] %s\n", c.name, line)
-				}
-			}
-			if err := c.cmd.Wait(); err != nil {
-				failed <- c
-			}
-		}()
 	}
-	done := make(chan struct{})
-	go func() {
-		wg.Wait()
-		if rates != nil {
-			rates.stop()
-		}
-		close(done)
-	}()
-	var first *child
-	select {
-	case <-done:
-	case first = <-failed:
-	case <-ctx.Done():
-		killAll(children)
-		<-done
-		return nil, fmt.Errorf("launch: interrupted: %w", context.Cause(ctx))
+	_, err = sup.Wait(ctx)
+	if rates != nil {
+		rates.stop()
 	}
-	if first != nil {
-		// Give the others a moment to notice and report the lost peer
-		// themselves, then stop whatever is left.
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			killAll(children)
-			<-done
-		}
-		return nil, fmt.Errorf("launch: %s failed: %s", first.name, first.reason())
-	}
-	select {
-	case c := <-failed:
-		return nil, fmt.Errorf("launch: %s failed: %s", c.name, c.reason())
-	default:
+	if err != nil {
+		return nil, reportFailure(lc.progress, err)
 	}
 	res := &launchResult{wall: time.Since(start)}
 	if rates != nil {
@@ -439,12 +442,12 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 	}
 	for _, c := range children {
 		var s job.Summary
-		line := strings.TrimSpace(c.stdout.String())
+		line := strings.TrimSpace(c.Stdout())
 		if i := strings.LastIndexByte(line, '\n'); i >= 0 {
 			line = line[i+1:]
 		}
 		if err := json.Unmarshal([]byte(line), &s); err != nil {
-			return nil, fmt.Errorf("launch: %s printed no summary (%q): %w", c.name, line, err)
+			return nil, fmt.Errorf("launch: %s printed no summary (%q): %w", c.Name, line, err)
 		}
 		if s.Role == "server" {
 			res.servers = append(res.servers, &s)
@@ -455,32 +458,12 @@ func launchLocal(ctx context.Context, childArgs []string, spec job.Spec, lc laun
 	return res, nil
 }
 
-func (c *child) reason() string {
-	var s job.Summary
-	line := strings.TrimSpace(c.stdout.String())
-	if json.Unmarshal([]byte(line), &s) == nil && s.Error != "" {
-		return s.Error
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.lastErr != "" {
-		return c.lastErr
-	}
-	return c.cmd.ProcessState.String()
-}
-
-func killAll(children []*child) {
-	for _, c := range children {
-		if c.cmd.Process != nil {
-			_ = c.cmd.Process.Signal(syscall.SIGTERM)
-		}
-	}
-	time.Sleep(500 * time.Millisecond)
-	for _, c := range children {
-		if c.cmd.Process != nil {
-			_ = c.cmd.Process.Kill()
-		}
-	}
+// stopNow stops every child already started (a later one failed to
+// start) and waits for them.
+func stopNow(sup *supervise.Supervisor) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = sup.Wait(ctx)
 }
 
 // launchReport is the JSON contract of 'autobyte launch --json'.
@@ -621,27 +604,12 @@ func newRateDriver(bed *testbed.Testbed, hosts int, steps []sim.Step, iterations
 		iters: make(chan int, iterations+2), done: make(chan struct{})}
 }
 
-// parseProgress returns J of rank 0's progress line "iteration J/N: ...".
-func parseProgress(line string) (int, bool) {
-	rest, ok := strings.CutPrefix(line, "iteration ")
-	if !ok {
-		return 0, false
-	}
-	num, _, ok := strings.Cut(rest, "/")
-	if !ok {
-		return 0, false
-	}
-	j, err := strconv.Atoi(num)
-	return j, err == nil && j >= 0
-}
-
-// line feeds one of rank 0's stderr lines; it never blocks.
-func (d *rateDriver) line(s string) {
-	if j, ok := parseProgress(s); ok {
-		select {
-		case d.iters <- j:
-		default: // a later line carries a later iteration
-		}
+// reached tells the driver that rank 0 ended forward pass j; it never
+// blocks.
+func (d *rateDriver) reached(j int) {
+	select {
+	case d.iters <- j:
+	default: // a later message carries a later iteration
 	}
 }
 

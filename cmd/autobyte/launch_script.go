@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,12 +12,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sched"
-	"github.com/autobyte/autobyte/units"
+	"github.com/autobyte/autobyte/supervise"
+	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -114,26 +111,14 @@ func pythonDir() string {
 	return ""
 }
 
-// pipeLines copies lines from r to w, each prefixed, and keeps the last
-// non-empty one in *last (if last is not nil).
-func pipeLines(r io.Reader, w io.Writer, prefix string, mu *sync.Mutex, last *string) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 4<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		mu.Lock()
-		if last != nil && strings.TrimSpace(line) != "" {
-			*last = line
-		}
-		fmt.Fprintf(w, "%s%s\n", prefix, line)
-		mu.Unlock()
-	}
-}
-
-// launchScript runs a user's training script as every worker of the job,
-// with parameter servers started here (ps), and returns when all workers
-// exited. Rank 0's stdout goes to out unprefixed (its last line is usually
-// the script's result); everything else goes to errOut, prefixed.
+// launchScript runs a user's training command as every worker of the job
+// and returns when all of them exited. With parameter servers, the
+// servers start once a worker's autobyte engine listens at the
+// rendezvous address (transport.Probe): a script that never opens an
+// engine (torch DDP with the same command) then runs without them, and a
+// torch.distributed store on that port is not mistaken for the engine.
+// Rank 0's stdout goes to out unprefixed (its last line is usually the
+// script's result); everything else goes to errOut, prefixed.
 func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchConfig, out, errOut io.Writer) error {
 	self, err := os.Executable()
 	if err != nil {
@@ -142,11 +127,10 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	if _, err := exec.LookPath(argv[0]); err != nil {
 		return fmt.Errorf("launch: the training command %q: %w", argv[0], err)
 	}
-	tok := make([]byte, 16)
-	if _, err := rand.Read(tok); err != nil {
+	token, err := newToken()
+	if err != nil {
 		return err
 	}
-	token := hex.EncodeToString(tok)
 	masterHost, masterPort := "127.0.0.1", 0
 	listen := func(int) string { return "127.0.0.1:0" }
 	if lc.bed != nil {
@@ -155,147 +139,107 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	} else if masterPort, err = freePort(); err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	type proc struct {
-		name   string
-		cmd    *exec.Cmd
-		server bool
-		last   string
-		out    bytes.Buffer
+	master := net.JoinHostPort(masterHost, strconv.Itoa(masterPort))
+	var mu sync.Mutex // out and errOut
+	lineTo := func(w io.Writer, prefix string) func(string) {
+		return func(line string) {
+			mu.Lock()
+			defer mu.Unlock()
+			fmt.Fprintf(w, "%s%s\n", prefix, line)
+		}
 	}
-	var procs []*proc
 	command := func(host int, name string, args ...string) *exec.Cmd {
 		if lc.bed != nil {
 			return lc.bed.Command(context.Background(), host, name, args...)
 		}
 		return exec.Command(name, args...)
 	}
-	for m := 0; m < spec.Servers; m++ {
-		args := []string{"server", "--index=" + strconv.Itoa(m), "--arch=ps",
-			"--workers=" + strconv.Itoa(spec.Workers), "--servers=" + strconv.Itoa(spec.Servers),
-			"--master=" + net.JoinHostPort(masterHost, strconv.Itoa(masterPort)), "--listen=" + listen(m),
-			"--log-level=" + lc.logLevel, "--peer-timeout=" + lc.peerTimeout.String()}
-		if spec.PullMode {
-			args = append(args, "--ps-pull")
-		}
-		if lc.shaped > 0 {
-			args = append(args, "--bandwidth="+strconv.FormatFloat(lc.shaped, 'g', -1, 64)+"B/s")
-		}
-		c := command(m, self, args...)
-		c.Env = append(os.Environ(), "AUTOBYTE_TOKEN="+token)
-		procs = append(procs, &proc{name: fmt.Sprintf("server %d", m), cmd: c, server: true})
-	}
+	sup := supervise.New(supervise.Options{Grace: scriptGrace, LostPeer: scriptLostPeer})
 	for r := 0; r < spec.Workers; r++ {
-		c := command(spec.Servers+r, argv[0], argv[1:]...)
-		c.Env = scriptEnv(spec, lc, r, masterHost, masterPort, token)
-		procs = append(procs, &proc{name: fmt.Sprintf("worker %d", r), cmd: c})
+		name := fmt.Sprintf("worker %d", r)
+		c := &supervise.Child{Name: name, Cmd: command(spec.Servers+r, argv[0], argv[1:]...), OnStderr: lineTo(errOut, "["+name+"] ")}
+		c.Cmd.Env = scriptEnv(spec, lc, r, masterHost, masterPort, token)
+		c.OnStdout = lineTo(errOut, "["+name+"] ")
+		if r == 0 {
+			c.OnStdout = lineTo(out, "")
+		}
+		if err := sup.Start(c); err != nil {
+			stopNow(sup)
+			return fmt.Errorf("launch: %w", err)
+		}
 	}
-	type exit struct {
-		p   *proc
-		err error
+	jobArgs := []string{"--arch=ps", "--workers=" + strconv.Itoa(spec.Workers), "--servers=" + strconv.Itoa(spec.Servers),
+		"--master=" + master, "--log-level=" + lc.logLevel, "--peer-timeout=" + lc.peerTimeout.String()}
+	if spec.PullMode {
+		jobArgs = append(jobArgs, "--ps-pull")
 	}
-	exits := make(chan exit, len(procs))
-	stop := func(sig syscall.Signal) {
-		for _, p := range procs {
-			if p.cmd.Process != nil {
-				_ = p.cmd.Process.Signal(sig) // fails harmlessly once it exited
+	if lc.shaped > 0 {
+		jobArgs = append(jobArgs, "--bandwidth="+strconv.FormatFloat(lc.shaped, 'g', -1, 64)+"B/s")
+	}
+	startServers := func() error {
+		for m := 0; m < spec.Servers; m++ {
+			name := fmt.Sprintf("server %d", m)
+			c := &supervise.Child{Name: name, Cmd: command(m, self, childArgs("server", m, nil, jobArgs, listen(m))...),
+				Status: true, Server: true, OnStderr: lineTo(errOut, "["+name+"] ")}
+			c.Cmd.Env = append(os.Environ(), "AUTOBYTE_TOKEN="+token)
+			if err := sup.Start(c); err != nil {
+				return err
 			}
 		}
+		return nil
 	}
-	running := 0
-	for i, p := range procs {
-		p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		stdout, err := p.cmd.StdoutPipe()
-		if err != nil {
-			return err
-		}
-		stderr, err := p.cmd.StderrPipe()
-		if err != nil {
-			return err
-		}
-		if err := p.cmd.Start(); err != nil {
-			stop(syscall.SIGKILL)
-			return fmt.Errorf("launch: starting %s (%s): %w", p.name, p.cmd.Path, err)
-		}
-		running++
-		var pipes sync.WaitGroup
-		pipes.Add(2)
+	probeCtx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	startErr := make(chan error, 1)
+	if spec.Servers > 0 {
 		go func() {
-			defer pipes.Done()
-			switch {
-			case p.server:
-				_, _ = io.Copy(&p.out, stdout) // the server's JSON summary
-			case i == spec.Servers:
-				pipeLines(stdout, out, "", &mu, nil)
-			default:
-				pipeLines(stdout, errOut, "["+p.name+"] ", &mu, nil)
+			if awaitEngine(probeCtx, lc, spec.Servers, master) {
+				startErr <- startServers()
 			}
 		}()
-		go func() {
-			defer pipes.Done()
-			pipeLines(stderr, errOut, "["+p.name+"] ", &mu, &p.last)
-		}()
-		// Wait after the pipes are drained (os/exec's rule).
-		go func() {
-			pipes.Wait()
-			exits <- exit{p, p.cmd.Wait()}
-		}()
 	}
-	start := time.Now()
-	var failure error
-	// A process killed by a signal is the likeliest root cause: the others
-	// fail because they lost it, possibly before launch hears of the kill.
-	failureKilled := false
-	stopping := false // launch is stopping the processes itself
-	workersLeft := spec.Workers
-	var deadline <-chan time.Time
-	for running > 0 {
+	_, err = sup.Wait(ctx)
+	stopProbe()
+	select {
+	case serr := <-startErr:
+		if serr != nil && !errors.Is(serr, supervise.ErrStopping) && err == nil {
+			err = fmt.Errorf("starting the parameter servers: %w", serr)
+		}
+	default:
+	}
+	if err != nil {
+		return reportFailure(errOut, err)
+	}
+	return nil
+}
+
+// scriptLostPeer tells a script that failed because its engine lost a
+// peer (the plugin raises autobyte.AutobyteError naming it) from one that
+// failed on its own, by the last line Python prints for an uncaught
+// exception.
+func scriptLostPeer(last string) bool {
+	return strings.HasPrefix(last, "autobyte.AutobyteError: ") && strings.Contains(last, ": lost ")
+}
+
+// awaitEngine waits until an autobyte engine listens at master (rank 0's
+// plugin opened the job) and reports whether it does before ctx ends.
+// With a testbed the probe runs inside the servers' first host.
+func awaitEngine(ctx context.Context, lc launchConfig, servers int, master string) bool {
+	for {
+		if lc.bed != nil {
+			// The launcher's namespace may not reach the testbed's hosts:
+			// ask from inside one, with this same program.
+			self, err := os.Executable()
+			if err == nil && lc.bed.Command(ctx, 0, self, "probe", master).Run() == nil {
+				return true
+			}
+		} else if transport.Probe(ctx, master, 500*time.Millisecond) == nil {
+			return true
+		}
 		select {
-		case e := <-exits:
-			running--
-			if !e.p.server {
-				workersLeft--
-			}
-			killed := false
-			if ee, ok := e.err.(*exec.ExitError); ok {
-				if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-					killed = true
-				}
-			}
-			if e.err != nil && (failure == nil || killed && !failureKilled && !stopping) {
-				failureKilled = killed
-				mu.Lock()
-				why := e.p.last
-				mu.Unlock()
-				if why == "" {
-					why = e.err.Error()
-				}
-				failure = fmt.Errorf("launch: %s failed (%v) after %s: %s", e.p.name, e.err, units.FormatSeconds(time.Since(start).Seconds()), why)
-				if deadline == nil {
-					deadline = time.After(scriptGrace)
-				}
-			}
-			if failure == nil && workersLeft == 0 && deadline == nil {
-				// Servers end after every worker's goodbye.
-				deadline = time.After(10 * time.Second)
-			}
-		case <-deadline:
-			stopping = true
-			if failure == nil {
-				failure = fmt.Errorf("launch: parameter servers did not exit 10 s after the last worker: did every worker join the job (autobyte.torch.DistributedOptimizer) and finish it?")
-			}
-			stop(syscall.SIGTERM)
-			deadline = time.After(time.Second)
-			go func() { time.Sleep(time.Second); stop(syscall.SIGKILL) }()
 		case <-ctx.Done():
-			stopping = true
-			stop(syscall.SIGTERM)
-			go func() { time.Sleep(time.Second); stop(syscall.SIGKILL) }()
-			if failure == nil {
-				failure = fmt.Errorf("launch: interrupted: %w", context.Cause(ctx))
-			}
-			ctx = context.Background()
+			return false
+		case <-time.After(200 * time.Millisecond):
 		}
 	}
-	return failure
 }

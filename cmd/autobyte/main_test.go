@@ -402,26 +402,6 @@ func TestLaunchTuned(t *testing.T) {
 	}
 }
 
-func TestParseProgress(t *testing.T) {
-	for _, c := range []struct {
-		line string
-		j    int
-		ok   bool
-	}{
-		{"iteration 3/10: 1.2 s", 3, true},
-		{"iteration 10/10: 5 ms", 10, true},
-		{"iteration x/10: 5 ms", 0, false},
-		{"iteration 3", 0, false},
-		{"tuner: after iteration 3: change", 0, false},
-		{"iteration -1/3: 1 s", 0, false},
-	} {
-		j, ok := parseProgress(c.line)
-		if ok != c.ok || (ok && j != c.j) {
-			t.Errorf("parseProgress(%q) = %d, %v; want %d, %v", c.line, j, ok, c.j, c.ok)
-		}
-	}
-}
-
 func TestStepsDue(t *testing.T) {
 	steps := []sim.Step{{Iteration: 5, Value: 1}, {Iteration: 9, Value: 2}, {Iteration: 12, Value: 3}}
 	due, rest := stepsDue(steps, 4)

@@ -18,6 +18,8 @@ import (
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/observe"
 	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/supervise"
+	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
@@ -114,12 +116,15 @@ func signalContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 }
 
-func printSummary(cmd *cobra.Command, s *job.Summary, err error) error {
+// printSummary prints the process's JSON summary and tells a supervisor
+// (autobyte launch) how it ends, naming the peer it lost if that is why.
+func printSummary(cmd *cobra.Command, st *supervise.Reporter, s *job.Summary, err error) error {
 	if err != nil {
 		s.Error = err.Error()
 	}
 	b, _ := json.Marshal(s)
 	fmt.Fprintln(cmd.OutOrStdout(), string(b))
+	st.Exit(err)
 	return err
 }
 
@@ -150,7 +155,7 @@ workers' (they are checked at rendezvous); --model is accepted and ignored.`,
 			ctx, stop := signalContext()
 			defer stop()
 			s, err := job.RunServer(ctx, spec, index, jn)
-			return printSummary(cmd, s, err)
+			return printSummary(cmd, supervise.FromEnv(), s, err)
 		},
 	}
 	f.register(cmd)
@@ -190,6 +195,9 @@ $WORLD_SIZE.`,
 			if err != nil {
 				return err
 			}
+			if _, err := o.RuntimeBudget(0); err != nil {
+				return f.budgetFlag(o, err)
+			}
 			jn, err := n.resolve(env, shapedRate(cmd, o))
 			if err != nil {
 				return err
@@ -209,9 +217,11 @@ $WORLD_SIZE.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
+			st := supervise.FromEnv()
 			progress := func(k int, d time.Duration) {
 				if rank == 0 {
 					fmt.Fprintf(cmd.ErrOrStderr(), "iteration %d/%d: %s\n", k+1, spec.Iterations, units.FormatSeconds(d.Seconds()))
+					st.Iteration(k+1, spec.Iterations, d)
 				}
 			}
 			var metrics *observe.Metrics
@@ -233,7 +243,7 @@ $WORLD_SIZE.`,
 			}
 			var events []string
 			if tuner != nil {
-				wo.Tuning = runtimeTuning(cmd, o, tuner, &events)
+				wo.Tuning = runtimeTuning(cmd, o, tuner, &events, st)
 			}
 			s, err := job.RunWorker(ctx, spec, wo, jn)
 			if rank == 0 {
@@ -244,7 +254,7 @@ $WORLD_SIZE.`,
 					err = fmt.Errorf("--trace %s: %w", traceFile, cerr)
 				}
 			}
-			return printSummary(cmd, s, err)
+			return printSummary(cmd, st, s, err)
 		},
 	}
 	f.register(cmd)
@@ -344,7 +354,7 @@ func computeScaleAt(o sim.Options, rank int) func(int) float64 {
 // measured: the tuner then assumes its default);
 // configuration changes and the autobyte tuner's events go to stderr as
 // "tuner: ..." lines (launch shows them) and into events.
-func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *[]string) job.TuningOptions {
+func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *[]string, st *supervise.Reporter) job.TuningOptions {
 	to := job.TuningOptions{Tuner: tuner, Collect: true}
 	if cmd.Flags().Changed("latency") {
 		to.RoundTripS = 2 * o.LatencyS
@@ -356,6 +366,7 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 	note := func(s string) {
 		*events = append(*events, s)
 		fmt.Fprintf(stderr, "tuner: %s\n", s)
+		st.Tuner(s)
 	}
 	if ab, ok := tuner.(*tune.AutoByte); ok {
 		seen := 0
@@ -371,4 +382,22 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 		note(fmt.Sprintf("from iteration %d: partition %s, credit %s", c.FromIteration, units.FormatBytes(c.Config.PartitionBytes), units.FormatBytes(c.Config.CreditBytes)))
 	}
 	return to
+}
+
+// newProbeCmd is 'autobyte probe ADDR': exit 0 when an autobyte listener
+// answers at ADDR (launch runs it inside a testbed host, which its own
+// network namespace cannot reach).
+func newProbeCmd() *cobra.Command {
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:    "probe ADDR",
+		Short:  "Exit 0 when an autobyte listener answers at ADDR (host:port)",
+		Hidden: true,
+		Args:   cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return transport.Probe(cmd.Context(), args[0], timeout)
+		},
+	}
+	cmd.Flags().DurationVar(&timeout, "timeout", 500*time.Millisecond, "give up after this long")
+	return cmd
 }

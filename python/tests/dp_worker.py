@@ -1,17 +1,23 @@
 """A data-parallel training run for the plugin's tests.
 
 Every rank trains the same model on its own synthetic batches (seeded by
-rank); the result (rank 0's per-step losses, the final parameters and
-buffers) is saved with torch.save to --out by rank 0, to --out.rankR by the
-others.
+rank; a resumed run draws and drops the batches of the steps it skips);
+the result (rank 0's per-step losses, the final parameters and buffers) is
+saved with torch.save to --out by rank 0, to --out.rankR by the others.
 
 --backend reference runs in one process what the N workers compute
 together: each step sums the N ranks' losses divided by N (one forward per
 rank's batch, so BatchNorm sees the same batches) and steps once. That is
 the exact data-parallel update, against which autobyte is compared.
+
+--optimizer may list several optimizers (a,b,c): one job then trains a
+fresh model with each in turn, saved to --out.NAME (with autobyte, one
+session after another, which ring all-reduce allows: parameter servers
+leave with the first session).
 """
 
 import argparse
+import inspect
 import os
 import signal
 import sys
@@ -71,6 +77,9 @@ class Attention(nn.Module):
         return self.head(torch.tanh(h).mean(dim=1))
 
 
+MODELS = {"smooth": Smooth, "features": Features, "attention": Attention}
+
+
 def batch(model_name, gen, n):
     if model_name == "attention":
         return torch.randn(n, 5, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
@@ -79,30 +88,104 @@ def batch(model_name, gen, n):
     return torch.randn(n, 12, generator=gen), torch.randint(0, 4, (n,), generator=gen)
 
 
-def make_opt(name, params):
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=0.05, momentum=0.9, weight_decay=1e-4)
-    if name == "nesterov":
-        return torch.optim.SGD(params, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-2)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.05)
-    if name == "rmsprop":
-        return torch.optim.RMSprop(params, lr=1e-2)
-    raise SystemExit("unknown optimizer " + name)
+def batches(seed, rank):
+    """Rank's generator of batches: one draw per micro-batch, step after step."""
+    return torch.Generator().manual_seed(seed * 1000 + rank)
+
+
+# name -> (class name in torch.optim, keyword arguments). The settings make
+# each one move the test model visibly in a few steps.
+OPTIMIZERS = {
+    "sgd": ("SGD", dict(lr=0.05, momentum=0.9, weight_decay=1e-4)),
+    "nesterov": ("SGD", dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4)),
+    "adam": ("Adam", dict(lr=1e-2)),
+    "adamw": ("AdamW", dict(lr=1e-2, weight_decay=0.05)),
+    "adagrad": ("Adagrad", dict(lr=0.05, lr_decay=0.01)),
+    "rmsprop": ("RMSprop", dict(lr=1e-3, momentum=0.5, centered=True)),
+    "adadelta": ("Adadelta", dict(lr=1.0)),
+    "adamax": ("Adamax", dict(lr=2e-2)),
+    "nadam": ("NAdam", dict(lr=1e-2)),
+    "radam": ("RAdam", dict(lr=1e-2)),
+    "asgd": ("ASGD", dict(lr=0.05, t0=3)),  # t0=3: averaging starts within the run
+    "rprop": ("Rprop", dict(lr=0.01)),
+    "adafactor": ("Adafactor", dict(lr=0.01)),
+    "muon": ("Muon", dict(lr=0.02)),
+}
+
+
+def implementations(cls):
+    """The implementations of cls this torch runs on the CPU, of
+    'for-loop', 'foreach' and 'fused' (a per-group option)."""
+    accepted = inspect.signature(cls.__init__).parameters
+    have = ["for-loop"]
+    for impl in ("foreach", "fused"):
+        if impl not in accepted:
+            continue
+        try:
+            p = torch.nn.Parameter(torch.ones(2, 2))
+            o = cls([p], lr=0.01, **{impl: True})
+            p.grad = torch.ones(2, 2)
+            o.step()
+        except (RuntimeError, ValueError, TypeError):
+            continue  # e.g. torch 1.13's fused Adam needs CUDA
+        have.append(impl)
+    return have
+
+
+def impl_options(cls, impl):
+    accepted = inspect.signature(cls.__init__).parameters
+    if impl == "for-loop":
+        return {"foreach": False} if "foreach" in accepted else {}
+    return {impl: True}
+
+
+def make_opt(name, model, groups):
+    """name's optimizer over the model's trainable parameters. With groups:
+    one parameter group per top-level module, each with its own
+    hyper-parameters and, where this torch has them, implementations
+    (for-loop, foreach, fused)."""
+    cls_name, kw = OPTIMIZERS[name]
+    cls = getattr(torch.optim, cls_name)
+    params = [q for q in model.parameters() if q.requires_grad]
+    if cls_name == "Muon":
+        params = [q for q in params if q.dim() == 2]  # Muon updates matrices only
+    if not groups:
+        return cls(params, **kw)
+    impls = implementations(cls)
+    accepted = inspect.signature(cls.__init__).parameters
+    wanted = set(id(q) for q in params)
+    out = []
+    for i, (_, mod) in enumerate(model.named_children()):
+        ps = [q for q in mod.parameters() if id(q) in wanted]
+        if not ps:
+            continue
+        g = {"params": ps, "lr": kw["lr"] * (1.0, 0.5, 2.0)[i % 3]}
+        if i % 3 == 2 and "weight_decay" in accepted:
+            g["weight_decay"] = 1e-3
+        g.update(impl_options(cls, impls[i % len(impls)]))
+        out.append(g)
+    return cls(out, **kw)
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--backend", choices=["autobyte", "ddp", "reference"], required=True)
-    p.add_argument("--model", choices=["smooth", "features", "attention"], default="smooth")
+    p.add_argument("--model", choices=sorted(MODELS), default="smooth")
     p.add_argument("--optimizer", default="sgd")
+    p.add_argument("--groups", action="store_true", help="one parameter group per top-level module (make_opt)")
+    p.add_argument("--scheduler", action="store_true", help="StepLR: halve the learning rates every 3 steps")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--accumulate", type=int, default=1, help="micro-batches (backward passes) per step")
+    p.add_argument("--accumulate-with", choices=["no_sync", "passes"], default="no_sync",
+                   help="autobyte: optimizer.no_sync() or backward_passes_per_step (ddp: model.no_sync())")
     p.add_argument("--workers", type=int, default=3, help="reference: how many workers to emulate")
-    p.add_argument("--seed", type=int, default=7)
+    p.add_argument("--seed", type=int, default=7, help="seed of the batches and, unless --init-seed, of the initial weights")
+    p.add_argument("--init-seed", type=int, default=None)
     p.add_argument("--out", default="")
+    p.add_argument("--checkpoint-at", type=int, default=-1, help="every rank saves a checkpoint after this many steps, then goes on")
+    p.add_argument("--checkpoint", default="", help="the checkpoint's file (rank R: FILE.rankR)")
+    p.add_argument("--resume", default="", help="a checkpoint to load after wrapping the optimizer, then train to --iterations")
     p.add_argument("--die-at", type=int, default=-1, help="rank --die-rank kills itself (SIGKILL) at this step")
     p.add_argument("--die-rank", type=int, default=2)
     p.add_argument("--die-stamp", default="", help="file the dying rank writes its time of death to")
@@ -110,55 +193,109 @@ def main():
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
     world = a.workers if a.backend == "reference" else int(os.environ.get("WORLD_SIZE", "1"))
+    names = a.optimizer.split(",")
+    for name in names:
+        if name not in OPTIMIZERS:
+            raise SystemExit("unknown optimizer %r (known: %s)" % (name, ", ".join(OPTIMIZERS)))
+    if a.backend == "ddp":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+    for name in names:
+        out = a.out if len(names) == 1 or not a.out else "%s.%s" % (a.out, name)
+        train(a, name, rank, world, out)
+    print("done", rank, flush=True)
+
+
+def train(a, opt_name, rank, world, out):
     # Different initial weights per rank: the broadcast must make them equal.
-    torch.manual_seed(a.seed + (rank if a.backend != "reference" else 0))
-    model = {"smooth": Smooth, "features": Features, "attention": Attention}[a.model]()
+    init = a.seed if a.init_seed is None else a.init_seed
+    torch.manual_seed(init + (rank if a.backend != "reference" else 0))
+    model = MODELS[a.model]()
     losses = []
+    K = a.accumulate
+    first = 0
     if a.backend == "reference":
-        opt = make_opt(a.optimizer, [q for q in model.parameters() if q.requires_grad])
-        gens = [torch.Generator().manual_seed(a.seed * 1000 + r) for r in range(world)]
+        opt = make_opt(opt_name, model, a.groups)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 3, 0.5) if a.scheduler else None
+        gens = [batches(a.seed, r) for r in range(world)]
         for step in range(a.iterations):
             opt.zero_grad()
-            total = 0
-            for r in range(world):
-                x, y = batch(a.model, gens[r], a.batch)
-                loss = nn.functional.cross_entropy(model(x, step), y)
-                if r == 0:
-                    losses.append(loss.item())
-                total = total + loss / world
-            total.backward()
+            for m in range(K):
+                total = 0
+                for r in range(world):
+                    x, y = batch(a.model, gens[r], a.batch)
+                    loss = nn.functional.cross_entropy(model(x, step), y) / K
+                    if r == 0 and m == K - 1:
+                        losses.append(loss.item())
+                    total = total + loss / world
+                total.backward()
             opt.step()
+            if sched:
+                sched.step()
     else:
-        gen = torch.Generator().manual_seed(a.seed * 1000 + rank)
-        params = [q for q in model.parameters() if q.requires_grad]
         if a.backend == "ddp":
-            import torch.distributed as dist
-            dist.init_process_group("gloo")
-            net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
-            opt = make_opt(a.optimizer, params)
+            # find_unused_parameters: the features model skips a branch on
+            # odd steps; broadcast_buffers=False: buffers are broadcast once
+            # at start, as autobyte does.
+            net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False,
+                                                      find_unused_parameters=a.model == "features")
+            opt = make_opt(opt_name, model, a.groups)
+            no_sync = net.no_sync
         else:
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
             import autobyte.torch as ab
             ab.init()
             net = model
-            opt = ab.DistributedOptimizer(make_opt(a.optimizer, params), model)
-        for step in range(a.iterations):
+            passes = K if a.accumulate_with == "passes" else 1
+            opt = ab.DistributedOptimizer(make_opt(opt_name, model, a.groups), model, backward_passes_per_step=passes)
+            no_sync = opt.no_sync if a.accumulate_with == "no_sync" else None
+        sched = torch.optim.lr_scheduler.StepLR(opt, 3, 0.5) if a.scheduler else None
+        if a.resume:
+            # Every rank loads its own checkpoint into the wrapped optimizer
+            # mid-job (the parameters were broadcast from rank 0's fresh ones).
+            ck = torch.load("%s.rank%d" % (a.resume, rank))
+            model.load_state_dict(ck["model"])
+            opt.load_state_dict(ck["optimizer"])
+            if sched:
+                sched.load_state_dict(ck["scheduler"])
+            first, losses = ck["step"], ck["losses"]
+        gen = batches(a.seed, rank)
+        for _ in range(first * K):
+            batch(a.model, gen, a.batch)
+        for step in range(first, a.iterations):
             if step == a.die_at and rank == a.die_rank:
                 if a.die_stamp:
                     with open(a.die_stamp, "w") as f:
                         f.write(repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
-            x, y = batch(a.model, gen, a.batch)
             opt.zero_grad()
-            loss = nn.functional.cross_entropy(net(x, step), y)
-            loss.backward()
+            for m in range(K):
+                x, y = batch(a.model, gen, a.batch)
+                if m < K - 1 and no_sync is not None:
+                    with no_sync():
+                        loss = nn.functional.cross_entropy(net(x, step), y) / K
+                        loss.backward()
+                else:
+                    loss = nn.functional.cross_entropy(net(x, step), y) / K
+                    loss.backward()
             opt.step()
+            if sched:
+                sched.step()
             losses.append(loss.item())
+            if step + 1 == a.checkpoint_at:
+                # Copied at once, as writing it to disk would: state_dict()
+                # itself must hold the parameters after this step's update.
+                model_sd = {k: v.clone() for k, v in model.state_dict().items()}
+                torch.save({"model": model_sd, "optimizer": opt.state_dict(),
+                            "scheduler": sched.state_dict() if sched else None, "step": step + 1, "losses": list(losses)},
+                           "%s.rank%d" % (a.checkpoint, rank))
         if a.backend == "autobyte":
             opt.synchronize()
-    if a.out:
-        torch.save({"losses": losses, "state": model.state_dict()}, a.out if rank == 0 else "%s.rank%d" % (a.out, rank))
-    print("done", rank, flush=True)
+    if out:
+        torch.save({"losses": losses, "state": model.state_dict()}, out if rank == 0 else "%s.rank%d" % (out, rank))
+    if a.backend == "autobyte":
+        import autobyte.torch as ab
+        ab.shutdown()
 
 
 if __name__ == "__main__":

@@ -1,95 +1,24 @@
-"""Tests of the PyTorch plugin (run: /usr/bin/python3 -m unittest discover -s python/tests -v).
+"""Tests of the PyTorch plugin (run: python3 -m unittest discover -s python/tests -v).
 
-Multi-worker runs go through the real launcher (`autobyte launch -- ...`):
-parameter servers and workers are separate processes on loopback TCP.
-$AUTOBYTE_BIN names the autobyte binary; otherwise it is built from this
-checkout once per run.
+Multi-worker runs go through the real launcher (helpers.launch): parameter
+servers and workers are separate processes on loopback TCP.
 """
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 import unittest
 
 import torch
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, os.path.join(ROOT, "python"))
+from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, launch, reference, run_ok  # noqa: F401
 
 import autobyte.torch as ab  # noqa: E402
 from autobyte import AutobyteError  # noqa: E402
 
-WORKER = os.path.join(HERE, "dp_worker.py")
-PY = sys.executable
-TOL = 1e-5
-_tmp = tempfile.mkdtemp(prefix="autobyte-torch-test-")
-_bin = None
-
-
-def autobyte_bin():
-    global _bin
-    if _bin is None:
-        _bin = os.environ.get("AUTOBYTE_BIN")
-        if not _bin:
-            _bin = os.path.join(_tmp, "autobyte")
-            go = shutil.which("go") or "/usr/local/go/bin/go"
-            subprocess.run([go, "build", "-o", _bin, "./cmd/autobyte"], cwd=ROOT, check=True)
-    return _bin
-
-
 def tearDownModule():
     ab.shutdown()
-    shutil.rmtree(_tmp, ignore_errors=True)
-
-
-def launch(launch_args, worker_args, timeout=120):
-    """Runs dp_worker.py under `autobyte launch`; returns (rc, output, seconds)."""
-    cmd = [autobyte_bin(), "launch"] + launch_args + ["--", PY, WORKER] + worker_args
-    t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return r.returncode, r.stdout, time.monotonic() - t0
-
-
-def run_ok(test, launch_args, worker_args):
-    rc, out, _ = launch(launch_args, worker_args)
-    test.assertEqual(rc, 0, "launch %s -- %s failed:\n%s" % (launch_args, worker_args, out))
-
-
-def reference(test, worker_args, out):
-    r = subprocess.run([PY, WORKER, "--backend", "reference", "--out", out] + worker_args, cwd=ROOT,
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
-    test.assertEqual(r.returncode, 0, r.stdout)
-    return torch.load(out)
-
-
-def rel(a, b):
-    a, b = a.double(), b.double()
-    return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
-
-
-class Compare:
-    def assertSameTraining(self, got, want, what, params_only=None):
-        lg, lw = torch.tensor(got["losses"]), torch.tensor(want["losses"])
-        self.assertEqual(len(lg), len(lw))
-        worst_loss = ((lg - lw).abs() / lw.abs()).max().item()
-        self.assertLessEqual(worst_loss, TOL, "%s: losses differ by %.2e relative:\n%s\n%s" % (what, worst_loss, lg, lw))
-        for k, v in got["state"].items():
-            if params_only is not None and k not in params_only:
-                continue
-            r = rel(v, want["state"][k])
-            self.assertLessEqual(r, TOL, "%s: parameter %s differs by %.2e relative" % (what, k, r))
-
-    def assertRanksEqual(self, out, workers, keys=None):
-        base = torch.load(out)["state"]
-        for r in range(1, workers):
-            other = torch.load("%s.rank%d" % (out, r))["state"]
-            for k in keys or base:
-                self.assertTrue(torch.equal(base[k], other[k]), "rank %d's %s differs from rank 0's" % (r, k))
 
 
 class SameMath(unittest.TestCase, Compare):
@@ -109,7 +38,13 @@ class SameMath(unittest.TestCase, Compare):
         if ddp:
             dout = os.path.join(_tmp, "ddp-%s.pt" % optimizer)
             run_ok(self, ["--workers", "3", "--arch", "allreduce"], ["--backend", "ddp", "--out", dout] + args)
-            self.assertSameTraining(got, torch.load(dout), "autobyte %s vs DDP" % optimizer)
+            ddp = torch.load(dout)
+            self.assertSameTraining(ddp, want, "DDP %s vs reference" % optimizer, tol=1e-3)  # DDP is sane
+            # gloo sums 3 workers in its own order, and Adam amplifies the
+            # rounding (torch 2.15: DDP 5e-5 from the exact update where
+            # autobyte is 1e-6), so autobyte must be within TOL of DDP plus
+            # DDP's own distance from the exact update.
+            self.assertSameTraining(got, ddp, "autobyte %s vs DDP" % optimizer, slack=want)
 
     def test_sgd_momentum_ps(self):
         self.check("sgd", ["--servers", "2", "--partition", "4KB", "--credit", "16KB"], ddp=True)
@@ -238,8 +173,21 @@ class Errors(unittest.TestCase):
 
     def test_unsupported_optimizer(self):
         m = self.model()
-        with self.assertRaisesRegex(AutobyteError, "RMSprop is not supported; use torch.optim.SGD, Adam or AdamW"):
-            ab.DistributedOptimizer(torch.optim.RMSprop(m.parameters(), lr=0.1), m)
+        with self.assertRaisesRegex(AutobyteError, r"LBFGS is not supported: its step\(closure\) re-evaluates the loss and its line search couples every parameter"):
+            ab.DistributedOptimizer(torch.optim.LBFGS(m.parameters(), lr=0.1), m)
+        with self.assertRaisesRegex(AutobyteError, "SparseAdam is not supported: it needs sparse gradients"):
+            ab.DistributedOptimizer(torch.optim.SparseAdam(list(m.parameters()), lr=0.1), m)
+
+        class Mine(torch.optim.SGD):
+            pass  # a subclass may couple parameters in its step: refused too
+        with self.assertRaisesRegex(AutobyteError, "Mine is not supported; autobyte applies each layer's update on its own"):
+            ab.DistributedOptimizer(Mine(m.parameters(), lr=0.1), m)
+
+    def test_bad_backward_passes_per_step(self):
+        m = self.model()
+        for bad in (0, -1, 1.5, True, "2"):
+            with self.assertRaisesRegex(AutobyteError, r"backward_passes_per_step must be an integer >= 1, got %s" % repr(bad).replace(".", r"\.")):
+                ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, backward_passes_per_step=bad)
 
     def test_float64_model(self):
         m = self.model().double()
@@ -268,13 +216,22 @@ class Errors(unittest.TestCase):
         m = self.model()
         opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
         m(torch.randn(2, 4)).sum().backward()
-        with self.assertRaisesRegex(AutobyteError, "computed twice in iteration 0"):
+        with self.assertRaisesRegex(AutobyteError, r"gradient of 2.bias was computed again in step 0 after it was synchronised \(backward_passes_per_step=1\)"):
             m(torch.randn(2, 4)).sum().backward()
+
+    def test_backward_after_the_synchronising_pass(self):
+        m = self.model()
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m, backward_passes_per_step=2)
+        for _ in range(2):
+            m(torch.randn(2, 4)).sum().backward()
+        with self.assertRaisesRegex(AutobyteError, r"computed again in step 0 after it was synchronised \(backward_passes_per_step=2\)"):
+            with opt.no_sync():  # a local pass after the sums were posted would be lost
+                m(torch.randn(2, 4)).sum().backward()
 
     def test_closure(self):
         m = self.model()
         opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
-        with self.assertRaisesRegex(AutobyteError, "closure"):
+        with self.assertRaisesRegex(AutobyteError, r"SGD.step\(closure\) is not supported"):
             opt.step(lambda: 0)
 
     def test_one_process_equals_plain_torch(self):

@@ -1,0 +1,92 @@
+"""Applying the wrapped optimizer's update one layer at a time.
+
+A layer's update runs as soon as its sums are in, before the rest of the
+model is synchronised. For that, each (layer, parameter group) gets an
+instance of the optimizer's own class over just those parameters, sharing
+the optimizer's state; its hyper-parameters are the group's as they were
+when step() was called. This is exact for every optimizer whose update of a
+parameter reads only that parameter's gradient and state.
+"""
+
+import inspect
+
+import torch
+
+from .. import AutobyteError
+
+# torch.optim optimizers whose update is per parameter (those this torch
+# has). foreach and fused are per-group options of the same classes.
+PER_PARAMETER = tuple(getattr(torch.optim, n) for n in (
+    "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop",
+    "Adafactor", "Muon") if hasattr(torch.optim, n))
+
+# Why the others cannot be applied layer by layer.
+_REFUSED = {
+    "LBFGS": "its step(closure) re-evaluates the loss and its line search couples every parameter",
+    "SparseAdam": "it needs sparse gradients, and autobyte synchronises dense ones",
+}
+
+
+def check_supported(optimizer):
+    cls = type(optimizer)
+    if cls in PER_PARAMETER:
+        return
+    name = cls.__name__
+    why = _REFUSED.get(name) if cls.__module__.startswith("torch.optim") else None
+    supported = ", ".join(c.__name__ for c in PER_PARAMETER)
+    if why:
+        raise AutobyteError("autobyte: %s is not supported: %s (supported: %s)" % (name, why, supported))
+    raise AutobyteError("autobyte: %s is not supported; autobyte applies each layer's update on its own as soon as its "
+                        "gradients are synchronised, which is exact for torch.optim's per-parameter optimizers: %s" % (name, supported))
+
+
+def hyper_parameters(optimizer):
+    """Every group's settings now, without its parameters. Tensors are
+    copied: schedulers may change a tensor learning rate in place."""
+    return [{k: (v.clone() if torch.is_tensor(v) else v) for k, v in g.items() if k != "params"}
+            for g in optimizer.param_groups]
+
+
+class LayerUpdates:
+    """The optimizer's update, one layer at a time."""
+
+    def __init__(self, optimizer, layout):
+        self.optimizer = optimizer
+        accepted = inspect.signature(type(optimizer).__init__).parameters
+        # layer -> [(group, optimizer over the layer's tensors of that group, tensors)]
+        self.subs = []
+        for ts in layout.layer_params:
+            by_group = {}
+            for t in ts:
+                by_group.setdefault(layout.group_of[t], []).append(t)
+            subs = []
+            for gi, group_ts in sorted(by_group.items()):
+                g = optimizer.param_groups[gi]
+                kw = {k: v for k, v in g.items() if k != "params" and k in accepted}
+                sub = type(optimizer)([layout.params[t] for t in group_ts], **kw)
+                subs.append((gi, sub, group_ts))
+            self.subs.append(subs)
+        self.share_state()
+
+    def share_state(self):
+        """Points every layer's optimizer at the optimizer's state (again
+        after optimizer.load_state_dict, which replaces it)."""
+        for subs in self.subs:
+            for _, sub, _ in subs:
+                sub.state = self.optimizer.state
+
+    def apply(self, layer, hyper, params, grad):
+        """Runs layer's update with grad(t) as tensor t's gradient (None:
+        no worker had one, so the optimizer leaves it alone, as it would in
+        one process)."""
+        for gi, sub, ts in self.subs[layer]:
+            group = sub.param_groups[0]
+            group.update(hyper[gi])
+            saved = [params[t].grad for t in ts]
+            for t in ts:
+                params[t].grad = grad(t)
+            try:
+                sub.step()
+            finally:
+                for t, s in zip(ts, saved):
+                    params[t].grad = s

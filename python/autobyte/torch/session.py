@@ -1,0 +1,333 @@
+"""One model and optimizer bound to one session of the Go engine.
+
+Per training step k (engine iteration k + 1; iteration 0 is the broadcast):
+
+* each parameter's gradient, once autograd has accumulated it in the pass
+  that synchronises, is divided by the number of workers into a buffer the
+  engine owns (the one copy on the way in) and posted; the engine writes the
+  sum over all workers back into the same buffer;
+* step() records the hyper-parameters in force and returns;
+* in the next forward, each module's pre-hook waits for its own layer's sums
+  and applies the optimizer's update to that layer alone.
+
+Each buffer has one element more than its parameter: 1 where the worker had
+a gradient for it, else 0. Their sum says whether any worker had one; where
+none had, the update leaves the parameter alone, as torch does for a
+parameter whose .grad is None (and as DDP does for one unused everywhere).
+"""
+
+import contextlib
+import os
+import threading
+
+import torch
+
+from .. import AutobyteError
+from .._native import Engine
+from ..timeline import Timeline, now
+from . import hooks
+from .layout import Layout
+from .optim import LayerUpdates, hyper_parameters
+
+
+class Session:
+    def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1):
+        self.world, self.me = world, rank
+        self.lock = threading.RLock()
+        self.opt, self.model = optimizer, model
+        self.passes_per_step = backward_passes_per_step
+        L = self.layout = Layout(model, optimizer)
+        self.params, self.names = L.params, L.names
+
+        # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
+        trace = settings.get("AUTOBYTE_TRACE") or os.environ.get("AUTOBYTE_TRACE")
+        self.timeline = Timeline(trace, self.me) if trace else None
+        try:
+            self.engine = Engine(L.engine_tensors(extra=1), dict(settings))
+        except BaseException:
+            if self.timeline is not None:
+                self.timeline.close()
+            raise
+        self.state_tensor = len(self.params) if L.state_elems else None
+
+        self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
+        self.buf = [f[:-1].view(p.shape) for f, p in zip(self.flat, self.params)]
+        self.updates = LayerUpdates(optimizer, L)
+
+        self.iteration = 0  # training steps taken so far
+        self.posted = [-1] * len(self.params)  # last step each tensor was posted for
+        self.applied = [-1] * L.layers  # last step applied, per layer
+        self.applied_all = -1  # every layer applied through this step
+        self.unapplied = {}  # step -> layers not yet applied
+        self.hyper = {}  # step -> per-group hyper-parameters at step()
+        self.no_sync_depth = 0
+        self.passes = 0  # backward passes finished in this step
+        self.pass_syncs = None  # in a pass: whether it posts the gradients
+        self.closed = False
+
+        if broadcast:
+            self._broadcast()
+        self.hooks = [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
+        for mod in model.modules():
+            if id(mod) in L.module_layer:
+                self.hooks.append(mod.register_forward_pre_hook(self._pre_forward([L.module_layer[id(mod)]])))
+            # Reading or overwriting the parameters applies what is pending first.
+            self.hooks.append(hooks.on_state_dict(mod, self.synchronize))
+            self.hooks.append(hooks.on_load_state_dict(mod, self.synchronize))
+        self.forward_began = self.backward_began = None
+        if self.engine.tuning or self.timeline is not None:
+            # Rank 0 tunes (the engine measures the steps' compute), or the
+            # timeline records the forward passes.
+            self.hooks.append(model.register_forward_pre_hook(self._mark_forward_begin))
+            self.hooks.append(model.register_forward_hook(self._mark_forward_end))
+        self.forward_marked = -1
+        # Some modules' parameters are used without calling the module (e.g.
+        # MultiheadAttention reads out_proj.weight itself). The forward passes
+        # before the first step record which modules run; at the first step,
+        # each layer whose module did not run is applied by its nearest
+        # ancestor that did.
+        self.ran = set()
+        self.probes = [m.register_forward_pre_hook(self._probe) for m in model.modules()]
+
+    # Engine iteration 0 is the broadcast; training step k is k + 1.
+    @staticmethod
+    def _engine_iter(k):
+        return k + 1
+
+    def _broadcast(self):
+        L = self.layout
+        with torch.no_grad():
+            for t, p in enumerate(self.params):
+                f = self.flat[t]
+                f.zero_()
+                if self.me == 0:
+                    self.buf[t].copy_(p)
+                self.engine.post(t, 0, f.data_ptr(), f.numel())
+            flat = None
+            if self.state_tensor is not None:
+                flat = torch.zeros(L.state_elems, dtype=torch.float32)
+                if self.me == 0:
+                    off = 0
+                    for _, x in L.state:
+                        flat[off:off + x.numel()].copy_(x.reshape(-1).to(torch.float32))
+                        off += x.numel()
+                self.engine.post(self.state_tensor, 0, flat.data_ptr(), flat.numel())
+            for layer in range(L.layers + (1 if flat is not None else 0)):
+                self.engine.wait_layer(layer, 0)
+            for t, p in enumerate(self.params):
+                p.copy_(self.buf[t])
+            if flat is not None:
+                off = 0
+                for _, x in L.state:
+                    x.copy_(flat[off:off + x.numel()].reshape(x.shape).to(x.dtype))
+                    off += x.numel()
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        with self.lock:
+            self.no_sync_depth += 1
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.no_sync_depth -= 1
+
+    def _grad_hook(self, t):
+        def hook():
+            with self.lock:
+                if self.pass_syncs is None:
+                    # The first gradient of a backward pass decides what the
+                    # pass does: the K-th pass of a step outside no_sync()
+                    # posts; the others only accumulate into .grad.
+                    self.pass_syncs = self.no_sync_depth == 0 and self.passes + 1 >= self.passes_per_step
+                    hooks.after_backward(self._end_of_backward)
+                    if self.timeline is not None and self.backward_began is None:
+                        self.backward_began = now()
+                if self.posted[t] == self.iteration:
+                    raise AutobyteError(
+                        "autobyte: the gradient of %s was computed again in step %d after it was synchronised "
+                        "(backward_passes_per_step=%d): call optimizer.step() after the synchronising backward pass, "
+                        "and accumulate gradients inside optimizer.no_sync() or with backward_passes_per_step"
+                        % (self.names[t], self.iteration, self.passes_per_step))
+                if self.pass_syncs:
+                    self._post(t)
+        return hook
+
+    def _post(self, t):
+        """Posts tensor t's gradient for the current step: p.grad averaged,
+        or zeros (flag 0) if p.grad is None."""
+        if self.closed:
+            raise AutobyteError("autobyte: gradient of %s computed after the optimizer was shut down" % self.names[t])
+        k = self.iteration
+        # The buffer still holds the previous step's sum if the parameter's
+        # module did not run in this step's forward passes.
+        self._apply(self.layout.layer_of[t], k - 1)
+        p, f, b = self.params[t], self.flat[t], self.buf[t]
+        with torch.no_grad():
+            g = p.grad
+            if g is not None:
+                if g.is_sparse:
+                    raise AutobyteError("autobyte: parameter %s has a sparse gradient; only dense gradients are supported" % self.names[t])
+                # Averaged before summing, as DDP does, so the two round
+                # alike; this is the one copy on the way in.
+                torch.div(g, self.world, out=b)
+                f[-1] = 1.0
+            else:
+                f.zero_()
+        self.engine.post(t, self._engine_iter(k), f.data_ptr(), f.numel())
+        self.posted[t] = k
+        if self.timeline is not None:
+            self.timeline.instant("post", "post", now(), step=k, layer=self.layout.layer_of[t], tensor=self.names[t])
+
+    def _post_rest(self):
+        # Parameters no gradient reached in the synchronising pass post what
+        # .grad holds (gradients accumulated in earlier passes, or zeros), so
+        # every worker posts every tensor.
+        for t in range(len(self.params)):
+            if self.posted[t] != self.iteration:
+                self._post(t)
+
+    def _end_of_backward(self):
+        with self.lock:
+            syncs, self.pass_syncs = self.pass_syncs, None
+            self.passes += 1
+            if not syncs or self.closed:
+                return
+            self._post_rest()
+            if self.engine.tuning and self.forward_marked == self.iteration:
+                self.engine.mark(Engine.BACKWARD_END, self._engine_iter(self.iteration))
+            if self.timeline is not None and self.backward_began is not None:
+                self.timeline.span("backward", "compute", self.backward_began, now(), step=self.iteration)
+                self.backward_began = None
+
+    def _pre_forward(self, layers):
+        def hook(*_):
+            k = self.iteration - 1
+            for layer in layers:
+                if self.applied[layer] < k:
+                    with self.lock:
+                        self._apply(layer, k)
+        return hook
+
+    def _mark_forward_begin(self, *_):
+        if self.forward_marked != self.iteration:
+            if self.timeline is not None:
+                self.forward_began = now()
+            if self.engine.tuning:
+                self.engine.mark(Engine.FORWARD_BEGIN, self._engine_iter(self.iteration))
+
+    def _mark_forward_end(self, *_):
+        # Only the first forward of a step counts (and runs the tuner, which
+        # may change the configuration from a later iteration).
+        if self.forward_marked != self.iteration:
+            self.forward_marked = self.iteration
+            if self.timeline is not None and self.forward_began is not None:
+                self.timeline.span("forward", "compute", self.forward_began, now(), step=self.iteration)
+            if self.engine.tuning:
+                self.engine.mark(Engine.FORWARD_END, self._engine_iter(self.iteration))
+
+    def report(self):
+        """The tuner and the configurations applied, each from the training
+        step it applied to first."""
+        r = self.engine.report()
+        for c in r["configs"]:
+            c["from_step"] = max(0, c.pop("from_iteration") - 1)
+        return r
+
+    def _probe(self, module, _):
+        self.ran.add(id(module))
+
+    def _delegate_silent_layers(self):
+        for h in self.probes:
+            h.remove()
+        self.probes = []
+        if not self.ran:
+            return  # no forward pass before the first step
+        parent = {}
+        for m in self.model.modules():
+            for c in m.children():
+                parent.setdefault(id(c), m)
+        by_id = {id(m): m for m in self.model.modules()}
+        extra = {}
+        for mid, layer in self.layout.module_layer.items():
+            if mid in self.ran:
+                continue
+            m = parent.get(mid)
+            while m is not None and id(m) not in self.ran:
+                m = parent.get(id(m))
+            if m is None:
+                m = self.model
+            extra.setdefault(id(m), []).append(layer)
+        for mid, layers in extra.items():
+            self.hooks.append(by_id[mid].register_forward_pre_hook(self._pre_forward(layers)))
+
+    def _grad_of(self, t):
+        # The summed flags: how many workers had a gradient for t.
+        return self.buf[t] if self.flat[t][-1].item() > 0 else None
+
+    def _apply(self, layer, k):
+        """Waits for layer's sums of step k and applies the update."""
+        if k < 0 or self.applied[layer] >= k:
+            return
+        t0 = now()
+        self.engine.wait_layer(layer, self._engine_iter(k))
+        if self.timeline is not None:
+            # The forward of step k+1 waits for the sums of step k.
+            self.timeline.span("wait layer %d" % layer, "wait", t0, now(), layer=layer, step=k + 1)
+        with torch.no_grad():
+            self.updates.apply(layer, self.hyper[k], self.params, self._grad_of)
+        self.applied[layer] = k
+        self.unapplied[k] -= 1
+        if self.unapplied[k] == 0:
+            del self.unapplied[k], self.hyper[k]
+            self.applied_all = k
+
+    def step(self, closure=None):
+        if closure is not None:
+            raise AutobyteError("autobyte: %s.step(closure) is not supported: the update is applied later, layer by "
+                                "layer, so the closure's loss could not be returned" % type(self.opt).__name__)
+        with self.lock:
+            if self.closed:
+                raise AutobyteError("autobyte: optimizer.step() after shutdown")
+            k = self.iteration
+            # Gradients not yet posted (a step after fewer backward passes
+            # than backward_passes_per_step, or only no_sync() passes) are
+            # synchronised now, as Horovod does, so that workers stay equal.
+            self._post_rest()
+            self.hyper[k] = hyper_parameters(self.opt)
+            self.unapplied[k] = self.layout.layers
+            if self.probes:
+                self._delegate_silent_layers()
+            self.iteration = k + 1
+            self.passes = 0
+
+    def synchronize(self):
+        with self.lock:
+            k = self.iteration - 1
+            if self.applied_all >= k:
+                return
+            for layer in range(self.layout.layers):
+                self._apply(layer, k)
+
+    def load_optimizer_state(self, load, state_dict):
+        """optimizer.load_state_dict: replaces the state the layers' updates
+        share, so they are pointed at the new one."""
+        with self.lock:
+            self.synchronize()
+            load(state_dict)
+            self.updates.share_state()
+
+    def close(self, ok=True, reason=None):
+        with self.lock:
+            if self.closed:
+                return
+            try:
+                if ok:
+                    self.synchronize()
+            finally:
+                self.closed = True
+                for h in self.hooks + self.probes:
+                    h.remove()
+                if self.timeline is not None:
+                    self.timeline.close()
+                self.engine.close(ok, reason)
