@@ -1,7 +1,7 @@
 // Package worker is the per-worker runtime: gradients come in as "ready"
-// events, go through the scheduling core (package sched) and the transport
-// to parameter servers or around an all-reduce ring, come back as exact
-// sums, and open per-layer gates for the next forward pass.
+// events, go through the protocol machine and the transport to parameter
+// servers or around an all-reduce ring, come back as exact sums, and open
+// per-layer gates for the next forward pass.
 //
 // It is the I/O shell around the worker's protocol machine (package proto),
 // which decides everything: what starts when, in which priority, on which
@@ -275,7 +275,7 @@ func (e *Engine) Post(tensor, iteration int, grad []float32) error {
 // be called from any goroutine once Start was called, and returns when the
 // change is accepted and announced (or refused).
 //
-// Rank 0 hands the change to its scheduling core through the engine's
+// Rank 0 hands the change to its protocol machine through the engine's
 // loop, which numbers it as the next configuration epoch, and announces it
 // to every follower on the control connection before any piece of the
 // epoch can start, so a follower always knows an epoch's partition size
