@@ -176,7 +176,8 @@ func requireRoot(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("testbed needed and unavailable under CI=true: %v", err)
 		}
-		t.Skipf("skipping: needs a testbed (root, ip, tc, netns): %v", err)
+		t.Logf("ROOT-ONLY TEST NOT RUN: %s needs a testbed, which needs root (and ip, tc, network namespaces): %v", t.Name(), err)
+		t.Skipf("skipping: needs root for a testbed (ip, tc, netns): %v", err)
 	}
 }
 

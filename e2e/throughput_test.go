@@ -159,48 +159,27 @@ func median(xs []float64) float64 {
 
 const gb = 1e9
 
-// TestPSLoopbackThroughput: one worker pushing a 512 MiB model of 64 MiB
-// tensors through one parameter server on unshaped loopback, against raw
-// TCP moving the same bytes in the same run. Three runs each, medians
-// reported; only loose sanity bounds are asserted (the target, >= 2 GB/s,
-// is reported, not enforced: see docs/runtime-tests.md).
-func TestPSLoopbackThroughput(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: skipping the 30 s throughput measurement")
-	}
-	const iterations, runs = 10, 3
-	profile, model := bigProfile(t, 8)
-	var push, steady, raw, cpuPerGB []float64
-	for i := 0; i < runs; i++ {
-		r := runPSLoopback(t, profile, model, iterations)
-		if !r.iterationsOK {
-			t.Fatalf("launch reported %d iteration times, want %d", len(r.rep.IterationTimesS), iterations)
-		}
-		push = append(push, r.pushBps)
-		steady = append(steady, r.steadyBps)
-		cpuPerGB = append(cpuPerGB, r.cpuS/(float64(model)*iterations/gb))
-		raw = append(raw, rawTCP(t, model*iterations))
-		t.Logf("run %d: ps push %.0f MB/s (steady %.0f MB/s), CPU %.1f s for %.1f s wall, raw TCP %.0f MB/s",
-			i+1, r.pushBps/1e6, r.steadyBps/1e6, r.cpuS, r.wallS, raw[i]/1e6)
-	}
-	mp, ms, mr := median(push), median(steady), median(raw)
-	t.Logf("median of %d: ps push %.0f MB/s (steady state %.0f MB/s), raw TCP %.0f MB/s, ratio %.2f (steady %.2f); %.1f CPU-s per GB pushed; target >= 2000 MB/s",
-		runs, mp/1e6, ms/1e6, mr/1e6, mp/mr, ms/mr, median(cpuPerGB))
-	if mp < 100e6 {
-		t.Errorf("ps push rate %.0f MB/s on loopback is below the 100 MB/s sanity bound", mp/1e6)
-	}
-	if mr < 200e6 {
-		t.Errorf("raw TCP on loopback %.0f MB/s is below the 200 MB/s sanity bound", mr/1e6)
-	}
-}
-
-// BenchmarkPSLoopback reports the push rate of one worker and one server on
-// loopback (one launch of b.N iterations; "push-MB/s" excludes start-up).
+// BenchmarkPSLoopback: one worker pushing a 512 MiB model of 64 MiB
+// tensors through one parameter server on unshaped loopback (one launch of
+// b.N iterations, at least 2), then raw TCP moving the same bytes in the
+// same run. It reports the push rate over the whole run ("push-MB/s") and
+// without the first iteration ("steady-push-MB/s"), the raw TCP rate, the
+// ratios and the CPU of all processes per GB pushed; docs/runtime-tests.md
+// has the numbers (-benchtime 10x -count 3).
 func BenchmarkPSLoopback(b *testing.B) {
 	profile, model := bigProfile(b, 8)
-	r := runPSLoopback(b, profile, model, max(b.N, 2))
+	iterations := max(b.N, 2)
+	r := runPSLoopback(b, profile, model, iterations)
+	if !r.iterationsOK {
+		b.Fatalf("launch reported %d iteration times, want %d", len(r.rep.IterationTimesS), iterations)
+	}
+	raw := rawTCP(b, model*int64(iterations))
 	b.ReportMetric(r.pushBps/1e6, "push-MB/s")
 	b.ReportMetric(r.steadyBps/1e6, "steady-push-MB/s")
+	b.ReportMetric(raw/1e6, "raw-TCP-MB/s")
+	b.ReportMetric(r.pushBps/raw, "ratio")
+	b.ReportMetric(r.steadyBps/raw, "steady-ratio")
+	b.ReportMetric(r.cpuS/(float64(model)*float64(iterations)/gb), "CPU-s/GB")
 }
 
 // BenchmarkRawTCPLoopback is the raw TCP reference for BenchmarkPSLoopback.
@@ -217,8 +196,9 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 // goodput, model bytes per steady-state iteration, as a share of the link
 // rate (target >= 90 %; TCP over Ethernet framing tops out at 95.6 %).
 // Measured with the ps defaults (partition 4 MB, credit 16 MB), three runs,
-// and once with the loopback test's 16 MB partition, whose last answer
-// (16 MB, 0.13 s at 1 Gbit/s) drains after the last push of each iteration.
+// whose median must meet the target, and once with 16 MB pieces, whose
+// last answer (0.13 s at 1 Gbit/s) drains after the last push of each
+// iteration: that one must come out lower.
 func TestPSTestbedGoodput(t *testing.T) {
 	requireRoot(t)
 	const iterations, rateBps = 3, 125e6
@@ -226,8 +206,8 @@ func TestPSTestbedGoodput(t *testing.T) {
 	configs := []struct {
 		partition, credit string
 		runs              int
-		assert            bool
-	}{{"4MB", "16MB", 3, true}, {"16MB", "64MB", 1, false}}
+	}{{"4MB", "16MB", 3}, {"16MB", "64MB", 1}}
+	var medians []float64
 	for i, c := range configs {
 		var shares []float64
 		for k := 0; k < c.runs; k++ {
@@ -245,9 +225,16 @@ func TestPSTestbedGoodput(t *testing.T) {
 			}
 		}
 		m := median(shares)
-		t.Logf("partition %s credit %s: median of %d: push goodput %.1f %% of 1 Gbit/s (target >= 90 %%)", c.partition, c.credit, c.runs, 100*m)
-		if c.assert && (m < 0.6 || m > 1.05) {
-			t.Errorf("push goodput %.1f %% of the shaped rate is outside the 60..105 %% sanity range", 100*m)
-		}
+		medians = append(medians, m)
+		t.Logf("partition %s credit %s: median of %d: push goodput %.1f %% of 1 Gbit/s", c.partition, c.credit, c.runs, 100*m)
+	}
+	// The target with the defaults; TCP over Ethernet tops out at 95.6 %.
+	if m := medians[0]; m < 0.90 || m > 0.956 {
+		t.Errorf("push goodput with the ps defaults is %.1f %% of the shaped rate, want 90..95.6 %% (the target up to TCP's ceiling)", 100*m)
+	}
+	// 16 MB pieces leave a 16 MB answer draining after the last push of
+	// each iteration (0.13 s at 1 Gbit/s, 11 % of the iteration).
+	if medians[1] >= medians[0] {
+		t.Errorf("push goodput with 16 MB pieces (%.1f %%) is not below the default 4 MB pieces' (%.1f %%)", 100*medians[1], 100*medians[0])
 	}
 }

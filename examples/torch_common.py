@@ -27,8 +27,16 @@ def parser(description):
     p.add_argument("--save", default="", help="rank 0 saves the final parameters (state_dict) to this file")
     p.add_argument("--save-init", default="", help="rank 0 saves the initial parameters (state_dict) to this file")
     p.add_argument("--losses", action="store_true", help="include rank 0's loss of every step in the result")
-    p.add_argument("--compile", action="store_true", help="train torch.compile(model) (torch 2)")
+    p.add_argument("--compile", choices=["", "model", "layers"], default="",
+                   help="train torch.compile(model) (torch 2). autobyte: 'model' hands the compiled module to "
+                        "DistributedOptimizer (the forward waits for every layer, then runs one graph); 'layers' "
+                        "compiles the module after wrapping it (each layer waits on its own, between graphs)")
+    p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (inductor, aot_eager, eager)")
     return p
+
+
+def compile_model(args, model):
+    return torch.compile(model, backend=args.compile_backend)
 
 
 def check(args):
@@ -62,8 +70,11 @@ def distribute(args, model):
     if args.backend == "autobyte":
         import autobyte.torch as ab
         ab.init()
-        opt = ab.DistributedOptimizer(make_optimizer(args, model.parameters()), model)
-        return model, opt, lambda: (opt.synchronize(), opt.autobyte_report())[1]
+        net = compile_model(args, model) if args.compile == "model" else model
+        opt = ab.DistributedOptimizer(make_optimizer(args, model.parameters()), net)
+        if args.compile == "layers":
+            net = compile_model(args, model)
+        return net, opt, lambda: (opt.synchronize(), opt.autobyte_report())[1]
     if args.backend == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")
@@ -80,10 +91,8 @@ def train(args, model, batch_fn, loss_fn):
     if args.save_init and rank == 0:
         torch.save(model.state_dict(), args.save_init)
     net, opt, finish = distribute(args, model)
-    if args.compile:
-        # autobyte's hooks are on the modules themselves, so the compiled
-        # wrapper runs them; DDP is compiled around its own wrapper.
-        net = torch.compile(net)
+    if args.compile and args.backend != "autobyte":
+        net = compile_model(args, net)  # DDP: around its wrapper, as DDP's docs do
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, times = [], []
     t0 = time.perf_counter()
@@ -107,7 +116,7 @@ def train(args, model, batch_fn, loss_fn):
         "final_loss": losses[-1],
         "params": sum(p.numel() for p in model.parameters()),
         "torch": torch.__version__,
-        "compiled": args.compile,
+        "compile": args.compile,
     }
     if args.losses:
         result["losses"] = losses

@@ -84,9 +84,9 @@ func (o *Options) validateBudget() error {
 
 var budgetAdvice = map[string]string{
 	"partition":  "use a larger partition (pieces of a few KB or more)",
-	"workers":    "simulate fewer workers",
-	"servers":    "simulate fewer servers",
-	"iterations": "simulate fewer iterations",
+	"workers":    "use fewer workers",
+	"servers":    "use fewer servers",
+	"iterations": "use fewer iterations",
 }
 
 // Budget estimates the cost of simulating o and returns a *BudgetError
@@ -208,15 +208,17 @@ type RuntimeEstimate struct {
 	// receives per iteration, OverheadS their CPU at RuntimeMessageCostS.
 	BusiestMessages float64
 	OverheadS       float64
-	// MemoryBytes is every process's memory together: each worker's
-	// gradients and their exact copies (the replay verifies sums), each
-	// server's sums in flight, and the per-piece state.
+	// MemoryBytes is every process's memory together: per worker three
+	// model sizes (the replay's gradients, the pattern it refills them
+	// from, and receive buffers; vgg16 on 20 ring workers, estimated at
+	// two, was killed for memory on a 23 GB machine), each server's sums
+	// in flight, and the per-piece state.
 	MemoryBytes float64
 }
 
 // RuntimeBudget estimates a real run of o (parameter servers or a ring,
-// every process on one machine with memoryBytes of memory; 0: unknown,
-// not checked) and returns an error naming the cause when the busiest
+// every process on one machine with memoryBytes of memory available; 0:
+// unknown, not checked) and returns an error naming the cause when the busiest
 // process would spend more than MaxRuntimeOverheadS per iteration on
 // messages or the processes need more memory than the machine has.
 func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
@@ -247,11 +249,11 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 		worker := 2*P + (W-1)*P
 		server := 2 * W * P / float64(o.Servers)
 		r.BusiestMessages = max(worker, server)
-		r.MemoryBytes = 2*model*W + float64(o.Sched.CreditBytes)*W
+		r.MemoryBytes = 3*model*W + float64(o.Sched.CreditBytes)*W
 	default:
 		// 2(N-1) ring steps per piece, each a send and a receive.
 		r.BusiestMessages = 4*(W-1)*P + (W-1)*P
-		r.MemoryBytes = 2 * model * W
+		r.MemoryBytes = 3 * model * W
 	}
 	r.OverheadS = r.BusiestMessages * RuntimeMessageCostS
 	r.MemoryBytes += procs*runtimeMemPerProcess + W*P*runtimeMemPerPiece
@@ -270,7 +272,7 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 			cause = "partition"
 		}
 		return r, &BudgetError{Cause: cause, Estimate: Estimate{PiecesPerIteration: r.PiecesPerIteration, Messages: r.BusiestMessages},
-			What: fmt.Sprintf("runtime: %.0f processes need an estimated %s of memory, more than this machine's %s", procs, units.FormatBytes(int64(r.MemoryBytes)), units.FormatBytes(memoryBytes))}
+			What: fmt.Sprintf("runtime: %.0f processes need an estimated %s of memory, more than the %s this machine has available", procs, units.FormatBytes(int64(r.MemoryBytes)), units.FormatBytes(memoryBytes))}
 	}
 	return r, nil
 }

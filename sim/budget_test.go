@@ -118,7 +118,7 @@ func TestRuntimeBudget(t *testing.T) {
 		t.Errorf("2,000,000 workers: %v, want a refusal caused by the workers", err)
 	}
 	big := zooOptions(t, "vgg16", AllReduce, 16, 32_000_000)
-	if _, err := big.RuntimeBudget(4 << 30); !errors.As(err, &be) || !strings.Contains(err.Error(), "more than this machine's 4.3 GB") {
+	if _, err := big.RuntimeBudget(4 << 30); !errors.As(err, &be) || !strings.Contains(err.Error(), "more than the 4.3 GB this machine has available") {
 		t.Errorf("vgg16 on 16 workers with 4 GiB: %v, want a memory refusal", err)
 	}
 	if _, err := big.RuntimeBudget(0); err != nil {

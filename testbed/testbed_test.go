@@ -23,7 +23,8 @@ func requireRoot(t *testing.T) {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("CI=true but the testbed is unavailable: %v", err)
 		}
-		t.Skipf("skipping: testbed unavailable (needs root, ip, tc, netns; CI=true makes this a failure): %v", err)
+		t.Logf("ROOT-ONLY TEST NOT RUN: %s needs root (and ip, tc, network namespaces) to build a testbed: %v", t.Name(), err)
+		t.Skipf("skipping: needs root for a testbed (ip, tc, netns; CI=true makes this a failure): %v", err)
 	}
 }
 

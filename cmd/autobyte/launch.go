@@ -26,6 +26,7 @@ import (
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/supervise"
 	"github.com/autobyte/autobyte/testbed"
+	"github.com/autobyte/autobyte/tlsca"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
@@ -63,6 +64,9 @@ the failed process's error.`,
 		RunE: func(cmd *cobra.Command, script []string) error {
 			if len(script) > 0 {
 				return runScriptLaunch(cmd, &f, script, bedName, traceDir, logLevel, peerTimeout)
+			}
+			if err := simOnly(cmd); err != nil {
+				return err
 			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
@@ -119,11 +123,11 @@ the failed process's error.`,
 						ips = append(ips, net.ParseIP(h.IP))
 					}
 				}
-				files, err := ephemeralTLS(dir, ips)
+				files, err := tlsca.Ephemeral(dir, ips)
 				if err != nil {
 					return fmt.Errorf("--tls: %w", err)
 				}
-				args = append(args, "--tls-cert="+files.cert, "--tls-key="+files.key, "--tls-ca="+files.ca)
+				args = append(args, "--tls-cert="+files.Cert, "--tls-key="+files.Key, "--tls-ca="+files.CA)
 			}
 			res, err := launchLocal(ctx, args, spec, lc)
 			if err != nil {
@@ -172,8 +176,10 @@ reaching its iteration (see docs/runtime-tuning.md).`
 
 // runScriptLaunch is launch with a training command after --.
 func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, traceDir, logLevel string, peerTimeout time.Duration) error {
+	// Flags the plugin has no setting for would do nothing: refuse them.
 	for _, name := range []string{"json", "verify", "tls", "metrics-port", "model", "profile", "iterations",
-		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler"} {
+		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler",
+		"admission", "jitter", "seed", "latency", "compute-scale"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
 		}

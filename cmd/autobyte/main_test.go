@@ -242,6 +242,20 @@ func TestBadInput(t *testing.T) {
 		{[]string{"server", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--log-level", "loud"}, `"loud"`},
 		{[]string{"launch", "--model", "toy3", "--verify", "most"}, `"most"`},
 		{[]string{"launch", "--model", "toy3", "--arch", "allreduce", "--servers", "1"}, "--servers 1"},
+		// Inputs whose cost is unbounded are refused before anything runs,
+		// naming the flag, the value and the estimate.
+		{[]string{"sim", "--model", "vgg16", "--partition", "1B"}, "--partition 1B: sim: an estimated 425.1 GB of memory exceeds the limit of 8.6 GB"},
+		{[]string{"sim", "--model", "resnet50", "--workers", "2000000"}, "--workers 2000000: sim: an estimated"},
+		{[]string{"sim", "--model", "resnet50", "--workers", "64", "--iterations", "200000"}, "--iterations 200000: sim: an estimated"},
+		{[]string{"launch", "--model", "resnet50", "--workers", "3", "--servers", "2", "--partition", "16B"}, "--partition 16B: runtime: the busiest process would handle"},
+		{[]string{"launch", "--model", "resnet50", "--workers", "2000000"}, "--workers 2000000: runtime: "},
+		{[]string{"worker", "--model", "resnet50", "--workers", "3", "--partition", "8B", "--master", "127.0.0.1:1", "--token", "t"}, "--partition 8B: runtime:"},
+		// Flags that would do nothing are refused.
+		{[]string{"launch", "--model", "toy3", "--jitter", "0.1"}, "--jitter applies to autobyte sim only"},
+		{[]string{"worker", "--model", "toy3", "--jitter", "0.1", "--master", "127.0.0.1:1", "--token", "t"}, "--jitter applies to autobyte sim only"},
+		{[]string{"launch", "--workers", "2", "--admission", "strict", "--", "/bin/true"}, "--admission does not apply to a training command"},
+		{[]string{"launch", "--workers", "2", "--seed", "3", "--", "/bin/true"}, "--seed does not apply"},
+		{[]string{"launch", "--workers", "2", "--jitter", "0.5", "--", "/bin/true"}, "--jitter does not apply"},
 	}
 	for _, c := range cases {
 		_, err := run(t, c.args...)

@@ -144,6 +144,9 @@ workers' (they are checked at rendezvous); --model is accepted and ignored.`,
 			if err != nil {
 				return err
 			}
+			if err := simOnly(cmd); err != nil {
+				return err
+			}
 			env, err := cluster.FromEnv(cluster.Env{})
 			if err != nil {
 				return err
@@ -193,6 +196,9 @@ $WORLD_SIZE.`,
 			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
+				return err
+			}
+			if err := simOnly(cmd); err != nil {
 				return err
 			}
 			if _, err := o.RuntimeBudget(0); err != nil {

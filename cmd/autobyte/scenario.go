@@ -62,8 +62,8 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
-	fs.Float64Var(&f.jitter, "jitter", 0, "slow each compute step by a random factor in [1, 1+jitter)")
-	fs.Uint64Var(&f.seed, "seed", 1, "random seed (for --jitter)")
+	fs.Float64Var(&f.jitter, "jitter", 0, "sim: slow each compute step by a random factor in [1, 1+jitter)")
+	fs.Uint64Var(&f.seed, "seed", 1, "random seed of --jitter and of the bo tuner")
 	fs.StringVar(&f.bandwidthTrace, "bandwidth-trace", "", "sim: link rate by iteration, e.g. 0:10Gbps,300:2Gbps,600:10Gbps")
 	fs.StringVar(&f.computeTrace, "compute-trace", "", "sim: compute-time multiplier by iteration, e.g. 0:1,200:2")
 	fs.StringArrayVar(&f.stragglers, "straggler", nil, "RANK:FACTOR[@FROM[-TO]]: worker RANK computes FACTOR times slower, for the whole run or from iteration FROM (to TO, exclusive); repeatable, once per rank")
@@ -304,4 +304,14 @@ func (f *scenarioFlags) budgetFlag(o sim.Options, err error) error {
 		return fmt.Errorf("--iterations %d: %w", o.Iterations, err)
 	}
 	return fmt.Errorf("--workers %d: %w", o.Workers, err)
+}
+
+// simOnly refuses, on a command that runs real processes, the scenario
+// flags only the simulator implements: the replay's compute is timed
+// sleeps that --straggler and --compute-trace scale, not random draws.
+func simOnly(cmd *cobra.Command) error {
+	if cmd.Flags().Changed("jitter") {
+		return fmt.Errorf("--jitter applies to autobyte sim only (a real run's compute varies by itself; --straggler and --compute-trace slow the replay)")
+	}
+	return nil
 }

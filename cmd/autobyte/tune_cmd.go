@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -15,9 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autobyte/autobyte/model"
-	"github.com/autobyte/autobyte/sched"
-	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
+	"github.com/autobyte/autobyte/tunedata"
 )
 
 func newTuneCmd() *cobra.Command {
@@ -136,40 +134,16 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 		return fmt.Errorf("--held-out %q leaves no zoo model to train on", f.heldOut)
 	}
 	start := time.Now()
-	rng := rand.New(rand.NewPCG(f.seed, 1))
-	// Separate streams: the synthetic models, and the held-out scenarios
-	// (the same for every training setting of a seed).
-	synRng := rand.New(rand.NewPCG(f.seed, 2))
-	heldRng := rand.New(rand.NewPCG(f.seed, 3))
-	grid := tune.Cross(sched.Config{Order: sched.OrderPriority}, tune.DefaultMetaPartitions, tune.DefaultMetaCredits)
-
-	// Training: a random subset of the grid and the default per scenario.
-	var trainJobs []metaJob
-	synthetic := 0
-	for i, sc := range tune.SampleMetaScenarios(rng, train, f.scenarios) {
-		if synRng.Float64() < f.synthetic {
-			sc.Model = tune.SyntheticName(synRng.Uint64())
-			synthetic++
-		}
-		cfgs := []sched.Config{defaultConfig(sc.Arch)}
-		for _, j := range rng.Perm(len(grid))[:min(f.configs, len(grid))] {
-			cfgs = append(cfgs, grid[j])
-		}
-		trainJobs = append(trainJobs, metaJob{index: i, scenario: sc, configs: cfgs})
+	plan, err := tunedata.NewPlan(tunedata.PlanOptions{Seed: f.seed, TrainModels: train, HeldOutModels: heldOut,
+		Scenarios: f.scenarios, HeldOutScenarios: f.heldOutScenarios, Configs: f.configs, Synthetic: f.synthetic})
+	if err != nil {
+		return err
 	}
-	var evalJobs []metaJob
-	if len(heldOut) > 0 {
-		for i, sc := range tune.SampleMetaScenarios(heldRng, heldOut, f.heldOutScenarios) {
-			evalJobs = append(evalJobs, metaJob{index: i, scenario: sc, configs: append([]sched.Config{defaultConfig(sc.Arch)}, grid...)})
-		}
-	}
-	total := 0
-	for _, j := range append(slices.Clone(trainJobs), evalJobs...) {
-		total += len(j.configs)
-	}
+	trainJobs, evalJobs := plan.Train, plan.Eval
+	total := plan.Simulations()
 	fmt.Fprintf(log, "tune train: %d training scenarios (%d of synthetic models, the others of %s), %d held-out scenarios of %s, %d simulations of %d iterations on %d goroutines\n",
-		len(trainJobs), synthetic, strings.Join(train, ","), len(evalJobs), strings.Join(heldOut, ","), total, f.iterations, f.parallel)
-	trainData, evalData, err := metaData(f, trainJobs, evalJobs, &metaProgress{log: log, total: total, start: start})
+		len(trainJobs), plan.Synthetic, strings.Join(train, ","), len(evalJobs), strings.Join(heldOut, ","), total, f.iterations, f.parallel)
+	trainData, evalData, err := metaData(f, plan, &metaProgress{log: log, total: total, start: start})
 	if err != nil {
 		return err
 	}
@@ -219,45 +193,24 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	return nil
 }
 
-// metaCache is the --data file: simulated runs by metaRunKey.
-type metaCache struct {
-	Runs map[string]tune.MetaRun `json:"runs"`
-}
-
-// metaRunKey identifies one simulation: scenario, configuration and length.
-func metaRunKey(sc tune.MetaScenario, cfg sched.Config, iterations int) string {
-	// Every field in full (MetaScenario's String rounds); v2: the
-	// statistics carry the round trip.
-	return fmt.Sprintf("v2|%s|%s|%d|%d|%v|%v|%v|%+v|%d", sc.Model, sc.Arch, sc.Workers, sc.Servers, sc.BandwidthBps, sc.LatencyS, sc.ComputeScale, cfg, iterations)
-}
-
-// metaData simulates the jobs, reusing the runs of the --data cache and
+// metaData simulates the plan, reusing the runs of the --data cache and
 // adding the new ones to it.
-func metaData(f tuneTrainFlags, trainJobs, evalJobs []metaJob, prog *metaProgress) (train, eval []tune.MetaScenarioRuns, err error) {
-	cache := metaCache{Runs: map[string]tune.MetaRun{}}
+func metaData(f tuneTrainFlags, plan tunedata.Plan, prog *metaProgress) (train, eval []tune.MetaScenarioRuns, err error) {
+	cache := &tunedata.Cache{}
 	if f.data != "" {
-		if b, err := os.ReadFile(f.data); err == nil {
-			if err := json.Unmarshal(b, &cache); err != nil {
-				return nil, nil, fmt.Errorf("--data %s: %w", f.data, err)
-			}
-			if cache.Runs == nil {
-				cache.Runs = map[string]tune.MetaRun{}
-			}
-			fmt.Fprintf(prog.log, "tune train: %d simulated runs in %s\n", len(cache.Runs), f.data)
+		if cache, err = tunedata.LoadCache(f.data); err != nil {
+			return nil, nil, fmt.Errorf("--data: %w", err)
 		}
+		fmt.Fprintf(prog.log, "tune train: %d simulated runs in %s\n", len(cache.Runs), f.data)
 	}
-	if train, err = simulateMeta(trainJobs, f.iterations, f.parallel, prog, cache); err != nil {
+	if train, err = tunedata.Simulate(plan.Train, f.iterations, f.parallel, cache, prog.add); err != nil {
 		return nil, nil, err
 	}
-	if eval, err = simulateMeta(evalJobs, f.iterations, f.parallel, prog, cache); err != nil {
+	if eval, err = tunedata.Simulate(plan.Eval, f.iterations, f.parallel, cache, prog.add); err != nil {
 		return nil, nil, err
 	}
 	if f.data != "" {
-		b, err := json.Marshal(cache)
-		if err != nil {
-			return nil, nil, err
-		}
-		if err := os.WriteFile(f.data, b, 0o644); err != nil {
+		if err := cache.Save(f.data); err != nil {
 			return nil, nil, fmt.Errorf("--data: %w", err)
 		}
 	}
@@ -272,21 +225,6 @@ func intsList(xs []int) string {
 	return strings.Join(s, ",")
 }
 
-// defaultConfig is ByteScheduler's default configuration for arch.
-func defaultConfig(arch string) sched.Config {
-	if arch == "allreduce" {
-		return sched.Config{PartitionBytes: arPartitionBytes, CreditBytes: arCreditBytes, Order: sched.OrderPriority}
-	}
-	return sched.Config{PartitionBytes: psPartitionBytes, CreditBytes: psCreditBytes, Order: sched.OrderPriority}
-}
-
-// metaJob is one scenario and the configurations to simulate.
-type metaJob struct {
-	index    int
-	scenario tune.MetaScenario
-	configs  []sched.Config
-}
-
 // metaProgress reports simulations done on the log, every few seconds.
 type metaProgress struct {
 	mu    sync.Mutex
@@ -297,7 +235,7 @@ type metaProgress struct {
 	last  time.Time
 }
 
-func (p *metaProgress) add() {
+func (p *metaProgress) add(int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.done++
@@ -305,71 +243,4 @@ func (p *metaProgress) add() {
 		p.last = now
 		fmt.Fprintf(p.log, "tune train: simulated %d/%d (%.0f s)\n", p.done, p.total, now.Sub(p.start).Seconds())
 	}
-}
-
-// simulateMeta runs every job's configurations on par goroutines; results
-// are in job and configuration order whatever the interleaving.
-func simulateMeta(jobs []metaJob, iterations, par int, prog *metaProgress, cache metaCache) ([]tune.MetaScenarioRuns, error) {
-	out := make([]tune.MetaScenarioRuns, len(jobs))
-	type task struct{ j, c int }
-	var tasks []task
-	for j, job := range jobs {
-		out[j] = tune.MetaScenarioRuns{Scenario: job.scenario, Runs: make([]tune.MetaRun, len(job.configs))}
-		for c, cfg := range job.configs {
-			if r, ok := cache.Runs[metaRunKey(job.scenario, cfg, iterations)]; ok {
-				out[j].Runs[c] = r
-				prog.add()
-				continue
-			}
-			tasks = append(tasks, task{j, c})
-		}
-	}
-	// Expensive scenarios first, so the last goroutine does not run alone.
-	slices.SortStableFunc(tasks, func(a, b task) int {
-		return jobs[b.j].scenario.Workers - jobs[a.j].scenario.Workers
-	})
-	err := sim.Parallel(len(tasks), par, func(i int) error {
-		t := tasks[i]
-		job := jobs[t.j]
-		r, err := simulateMetaRun(job.scenario, job.configs[t.c], iterations)
-		prog.add()
-		if err != nil {
-			return fmt.Errorf("scenario %d (%s), configuration %+v: %w", job.index, job.scenario, job.configs[t.c], err)
-		}
-		out[t.j].Runs[t.c] = r
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, t := range tasks {
-		cache.Runs[metaRunKey(jobs[t.j].scenario, jobs[t.j].configs[t.c], iterations)] = out[t.j].Runs[t.c]
-	}
-	return out, nil
-}
-
-// simulateMetaRun simulates one scenario under cfg for the given number of
-// iterations and returns the mean statistics and the steady-state
-// iteration time (parameter servers shard pieces above 4 MB, as the sim
-// command does by default).
-func simulateMetaRun(sc tune.MetaScenario, cfg sched.Config, iterations int) (tune.MetaRun, error) {
-	p, err := tune.MetaProfile(sc.Model)
-	if err != nil {
-		return tune.MetaRun{}, err
-	}
-	arch, err := sim.ParseArch(sc.Arch)
-	if err != nil {
-		return tune.MetaRun{}, err
-	}
-	o := sim.Options{Profile: p.Scaled(sc.ComputeScale), Arch: arch, Workers: sc.Workers, Servers: sc.Servers,
-		BandwidthBps: sc.BandwidthBps, LatencyS: sc.LatencyS, Sched: cfg, Iterations: iterations}
-	if arch == sim.PS {
-		o.ShardBytes = 4_000_000
-	}
-	r, err := sim.Run(o)
-	if err != nil {
-		return tune.MetaRun{}, err
-	}
-	skip := max(1, len(r.Stats)/5)
-	return tune.MetaRun{Config: cfg, Stats: tune.MeanStats(r.Stats[skip:]), IterationTimeS: r.IterationTimeS}, nil
 }

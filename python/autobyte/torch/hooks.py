@@ -8,6 +8,8 @@ pre-hooks are public from torch 2.0; on 1.13 a state_dict post-hook does the
 job (see on_state_dict).
 """
 
+import sys
+
 import torch
 
 POST_ACCUMULATE_GRAD = hasattr(torch.Tensor, "register_post_accumulate_grad_hook")
@@ -57,3 +59,20 @@ def on_load_state_dict(module, fn):
     if hasattr(module, "register_load_state_dict_pre_hook"):
         return module.register_load_state_dict_pre_hook(lambda *_: fn())
     return module._register_load_state_dict_pre_hook(lambda *_: fn())
+
+
+def eager(fn):
+    """fn as a hook torch.compile runs outside its graphs (a graph break)
+    instead of tracing into the engine's calls; fn itself before torch 2.1."""
+    compiler = getattr(torch, "compiler", None)
+    disable = getattr(compiler, "disable", None)
+    return disable(fn) if disable is not None else fn
+
+
+def compiled_inner(model):
+    """The module that torch.compile(model) wraps, or None if model is not
+    such a wrapper."""
+    if "torch._dynamo" not in sys.modules:
+        return None  # nothing was compiled in this process
+    from torch._dynamo.eval_frame import OptimizedModule
+    return model._orig_mod if isinstance(model, OptimizedModule) else None

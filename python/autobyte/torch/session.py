@@ -34,6 +34,13 @@ class Session:
     def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1):
         self.world, self.me = world, rank
         self.lock = threading.RLock()
+        # torch.compile(model) handed in: the layers are the wrapped
+        # module's, and the whole forward waits for every layer before the
+        # compiled graph runs (hooks inside it would break the graph at each
+        # layer). A module compiled after wrapping keeps its per-layer waits,
+        # which torch.compile runs eagerly between graphs.
+        inner = hooks.compiled_inner(model)
+        outer, model = model, inner if inner is not None else model
         self.opt, self.model = optimizer, model
         self.passes_per_step = backward_passes_per_step
         L = self.layout = Layout(model, optimizer)
@@ -68,8 +75,10 @@ class Session:
         if broadcast:
             self._broadcast()
         self.hooks = [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
+        if inner is not None:
+            self.hooks.append(outer.register_forward_pre_hook(hooks.eager(lambda *_: self.synchronize())))
         for mod in model.modules():
-            if id(mod) in L.module_layer:
+            if id(mod) in L.module_layer and inner is None:
                 self.hooks.append(mod.register_forward_pre_hook(self._pre_forward([L.module_layer[id(mod)]])))
             # Reading or overwriting the parameters applies what is pending first.
             self.hooks.append(hooks.on_state_dict(mod, self.synchronize))
@@ -78,8 +87,8 @@ class Session:
         if self.engine.tuning or self.timeline is not None:
             # Rank 0 tunes (the engine measures the steps' compute), or the
             # timeline records the forward passes.
-            self.hooks.append(model.register_forward_pre_hook(self._mark_forward_begin))
-            self.hooks.append(model.register_forward_hook(self._mark_forward_end))
+            self.hooks.append(outer.register_forward_pre_hook(hooks.eager(self._mark_forward_begin)))
+            self.hooks.append(outer.register_forward_hook(hooks.eager(self._mark_forward_end)))
         self.forward_marked = -1
         # Some modules' parameters are used without calling the module (e.g.
         # MultiheadAttention reads out_proj.weight itself). The forward passes
@@ -87,7 +96,8 @@ class Session:
         # each layer whose module did not run is applied by its nearest
         # ancestor that did.
         self.ran = set()
-        self.probes = [m.register_forward_pre_hook(self._probe) for m in model.modules()]
+        probe = hooks.eager(self._probe)
+        self.probes = [m.register_forward_pre_hook(probe) for m in model.modules()] if inner is None else []
 
     # Engine iteration 0 is the broadcast; training step k is k + 1.
     @staticmethod
@@ -207,7 +217,7 @@ class Session:
                 if self.applied[layer] < k:
                     with self.lock:
                         self._apply(layer, k)
-        return hook
+        return hooks.eager(hook)
 
     def _mark_forward_begin(self, *_):
         if self.forward_marked != self.iteration:
