@@ -107,12 +107,6 @@ type Observer interface {
 	Iteration(k int, d time.Duration)
 }
 
-// startedPiece is an in-flight piece as the observer needs it.
-type startedPiece struct {
-	piece sched.Piece
-	at    time.Time
-}
-
 // Engine runs one worker's communication. Create with New, then Start.
 type Engine struct {
 	cfg    Config
