@@ -27,8 +27,8 @@ import (
 	"github.com/autobyte/autobyte/worker"
 )
 
-// ByteScheduler's released defaults, in elements, converted to fp32 bytes
-// (REFERENCE.md §2): partition 1M and credit 4M elements for parameter
+// ByteScheduler's released defaults, in elements, converted to fp32 bytes:
+// partition 1M and credit 4M elements for parameter
 // servers, 8M and 16M elements for all-reduce; and MXNet's big-array bound
 // (1M elements), above which a PS piece is split over every server.
 const (

@@ -5,10 +5,11 @@ package job
 // A StatsCollector sits between the worker engine and the job's observer
 // (timelines, metrics): it sees every piece the engine starts and finishes
 // and every compute step and iteration the replay runs, and measures each
-// iteration's tune.Stats as the simulator computes them (sim/tuning.go),
-// from rank 0's own clock. A tuneLoop hands them to a tune.Tuner and
-// applies its proposals with Engine.Reconfigure. docs/runtime-tuning.md
-// says which fields are measured how.
+// iteration's tune.Stats with stats.Collector, the same measurement the
+// simulator makes of its leader, from rank 0's own clock. A tuneLoop hands
+// them to a tune.Tuner and applies its proposals under proto.Schedule with
+// Engine.Reconfigure. docs/runtime-tuning.md says which fields are measured
+// how.
 
 import (
 	"fmt"
@@ -16,7 +17,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
 )
@@ -57,40 +60,17 @@ type Measurement struct {
 	CommS float64
 }
 
-// busy is an interval with at least one piece in flight.
-type busy struct{ from, to time.Time }
-
-// iterMeasure sums what one iteration's pieces and compute steps measured.
-type iterMeasure struct {
-	fwd, bwd time.Duration // compute of forward k and backward k
-	sent     float64       // bytes this worker sent for k's gradients
-	queue    time.Duration // queueing delay of k's pieces
-	pieces   int
-}
-
 // StatsCollector measures one worker's tune.Stats per iteration from the
-// worker.Observer calls of its engine and replay, and passes every call on
-// to Next. Install it as the engine's Observer (ConnectOptions.Observer)
-// and let the replay report iterations to it. It is safe for concurrent
-// use; OnStats runs on the goroutine that reported the iteration (the
-// replay's), without the collector's lock.
+// worker.Observer calls of its engine and replay, with the same
+// stats.Collector the simulator uses (so both measure alike), and passes
+// every call on to Next. Install it as the engine's Observer
+// (ConnectOptions.Observer) and let the replay report iterations to it. It
+// is safe for concurrent use; OnStats runs on the goroutine that reported
+// the iteration (the replay's), without the collector's lock.
 //
-// Iteration k spans from the end of forward k to the end of forward k+1
-// (the replay reports Iteration(k) then); span 0 starts when backward 0
-// starts. Measured per iteration, on this worker only:
-//   - IterationTimeS: the span (the duration the replay reports);
-//   - ForwardS, BackwardS: the compute steps of forward k+1 and backward k
-//     (time sleeping in compute, not waiting at gates);
-//   - GoodputBps: the gradient bytes of k's pieces this worker sent (piece
-//     bytes on parameter servers; 2(N-1)/N of them on a ring), over
-//     IterationTimeS;
-//   - QueueDelayS: mean of (start - gradient ready) over k's pieces;
-//   - Overlap: compute time with a piece in flight over time with a piece
-//     in flight, within the span;
-//   - InFlightBytes: the engine's bytes in flight, time-weighted over the
-//     span.
-//
-// BandwidthBps, Config and the job context are the caller's (tuneLoop).
+// The replay's compute steps are named "FW layer" and "BW layer";
+// Iteration(k, d) ends iteration k (forward k+1 ended after d). BandwidthBps,
+// Config and the job context are the caller's (tuneLoop).
 type StatsCollector struct {
 	// Next, if set, receives every call too (timelines, metrics).
 	Next worker.Observer
@@ -98,91 +78,39 @@ type StatsCollector struct {
 	// the iteration ends.
 	OnStats func(Measurement)
 
-	arch    worker.Arch
-	workers int
-	now     func() time.Time // the clock of Iteration (tests set it)
+	now func() time.Time // the clock of Iteration (tests set it)
 
-	mu        sync.Mutex
-	inflight  int64
-	last      time.Time // of the last in-flight change
-	active    time.Duration
-	area      float64 // byte-seconds
-	open      bool    // a busy interval is open (since openedAt)
-	openedAt  time.Time
-	closed    []busy // busy intervals a later compute step may still overlap
-	spanOn    bool
-	spanStart time.Time
-	active0   time.Duration
-	area0     float64
-	overlap   time.Duration // this span's compute time with pieces in flight
-	iters     map[int]*iterMeasure
+	mu   sync.Mutex
+	base time.Time // times are seconds since base
+	c    *stats.Collector
 }
 
 // NewStatsCollector returns a collector for a worker of a job of arch with
 // workers workers.
 func NewStatsCollector(arch worker.Arch, workers int, next worker.Observer, onStats func(Measurement)) *StatsCollector {
-	return &StatsCollector{Next: next, OnStats: onStats, arch: arch, workers: workers, now: time.Now, iters: map[int]*iterMeasure{}}
+	share := 1.0
+	if arch == worker.AllReduce {
+		n := float64(workers)
+		share = 2 * (n - 1) / n
+	}
+	return &StatsCollector{Next: next, OnStats: onStats, now: time.Now, c: stats.NewCollector(share)}
 }
 
-func (c *StatsCollector) iter(k int) *iterMeasure {
-	m := c.iters[k]
-	if m == nil {
-		m = &iterMeasure{}
-		c.iters[k] = m
+// sec is t in seconds since the first time the collector saw; mu is held.
+func (c *StatsCollector) sec(t time.Time) float64 {
+	if c.base.IsZero() {
+		c.base = t
 	}
-	return m
-}
-
-// setInflight integrates the bytes in flight up to t and sets them to b.
-func (c *StatsCollector) setInflight(t time.Time, b int64) {
-	if !c.last.IsZero() && t.After(c.last) {
-		dt := t.Sub(c.last)
-		if c.inflight > 0 {
-			c.active += dt
-			c.area += float64(c.inflight) * dt.Seconds()
-		}
-		c.last = t
-	} else if c.last.IsZero() {
-		c.last = t
-	}
-	switch {
-	case c.inflight <= 0 && b > 0:
-		c.open, c.openedAt = true, t
-	case c.inflight > 0 && b <= 0:
-		if c.open {
-			c.closed = append(c.closed, busy{c.openedAt, t})
-		}
-		c.open = false
-	}
-	c.inflight = b
-}
-
-// integrals are the active time and area up to t.
-func (c *StatsCollector) integrals(t time.Time) (time.Duration, float64) {
-	active, area := c.active, c.area
-	if c.inflight > 0 && t.After(c.last) {
-		dt := t.Sub(c.last)
-		active += dt
-		area += float64(c.inflight) * dt.Seconds()
-	}
-	return active, area
+	return t.Sub(c.base).Seconds()
 }
 
 // PieceStarted implements worker.Observer.
 func (c *StatsCollector) PieceStarted(p sched.Piece, posted, started time.Time, inflight int64) {
 	c.mu.Lock()
-	m := c.iter(p.Iteration)
-	sent := float64(p.Bytes)
-	if c.arch == worker.AllReduce {
-		n := float64(c.workers)
-		sent *= 2 * (n - 1) / n
+	if posted.IsZero() {
+		posted = started
 	}
-	m.sent += sent
-	if !posted.IsZero() && started.After(posted) {
-		m.queue += started.Sub(posted)
-	}
-	m.pieces++
-	c.setInflight(started, inflight)
+	c.c.PieceStarted(p.Iteration, p.Bytes, c.sec(posted), c.sec(started), inflight)
 	c.mu.Unlock()
 	if c.Next != nil {
 		c.Next.PieceStarted(p, posted, started, inflight)
@@ -192,44 +120,21 @@ func (c *StatsCollector) PieceStarted(p sched.Piece, posted, started time.Time, 
 // PieceDone implements worker.Observer.
 func (c *StatsCollector) PieceDone(p sched.Piece, started, done time.Time, inflight int64) {
 	c.mu.Lock()
-	c.setInflight(done, inflight)
+	c.c.PieceDone(c.sec(done), inflight)
 	c.mu.Unlock()
 	if c.Next != nil {
 		c.Next.PieceDone(p, started, done, inflight)
 	}
 }
 
-// Compute implements worker.Observer: the replay's compute steps are
-// named "FW layer" and "BW layer".
+// Compute implements worker.Observer.
 func (c *StatsCollector) Compute(name string, iteration int, start, end time.Time) {
 	c.mu.Lock()
-	d := end.Sub(start)
 	switch {
 	case strings.HasPrefix(name, "FW "):
-		c.iter(iteration).fwd += d
+		c.c.Compute(true, iteration, c.sec(start), c.sec(end))
 	case strings.HasPrefix(name, "BW "):
-		c.iter(iteration).bwd += d
-		if !c.spanOn {
-			c.spanOn, c.spanStart = true, start
-			c.active0, c.area0 = c.integrals(start)
-		}
-	}
-	// Compute steps run one after another on the replay's goroutine, so no
-	// later step starts before end: intervals that closed by then are done.
-	var ov time.Duration
-	keep := c.closed[:0]
-	for _, b := range c.closed {
-		ov += overlapOf(start, end, b.from, b.to)
-		if b.to.After(end) {
-			keep = append(keep, b)
-		}
-	}
-	c.closed = keep
-	if c.open {
-		ov += overlapOf(start, end, c.openedAt, end)
-	}
-	if c.spanOn {
-		c.overlap += ov
+		c.c.Compute(false, iteration, c.sec(start), c.sec(end))
 	}
 	c.mu.Unlock()
 	if c.Next != nil {
@@ -237,62 +142,19 @@ func (c *StatsCollector) Compute(name string, iteration int, start, end time.Tim
 	}
 }
 
-func overlapOf(a0, a1, b0, b1 time.Time) time.Duration {
-	lo, hi := a0, a1
-	if b0.After(lo) {
-		lo = b0
-	}
-	if b1.Before(hi) {
-		hi = b1
-	}
-	if hi.After(lo) {
-		return hi.Sub(lo)
-	}
-	return 0
-}
-
 // Iteration implements worker.Observer: iteration k ended (forward k+1
-// ended) after d. It closes k's span, computes k's statistics and hands
-// them to OnStats.
+// ended) after d. It computes k's statistics and hands them to OnStats.
 func (c *StatsCollector) Iteration(k int, d time.Duration) {
 	now := c.now()
 	c.mu.Lock()
-	st := tune.Stats{Iteration: k, IterationTimeS: d.Seconds()}
-	m, next := c.iter(k), c.iter(k+1)
-	st.ForwardS, st.BackwardS = next.fwd.Seconds(), m.bwd.Seconds()
-	if d > 0 {
-		st.GoodputBps = m.sent / d.Seconds()
-	}
-	if m.pieces > 0 {
-		st.QueueDelayS = m.queue.Seconds() / float64(m.pieces)
-	}
-	active, area := c.integrals(now)
-	var commS float64
-	if c.spanOn {
-		comm := active - c.active0
-		commS = comm.Seconds()
-		if comm > 0 {
-			st.Overlap = min(1, c.overlap.Seconds()/comm.Seconds())
-		}
-		if span := now.Sub(c.spanStart); span > 0 {
-			st.InFlightBytes = (area - c.area0) / span.Seconds()
-		}
-	}
-	c.spanOn, c.spanStart, c.active0, c.area0, c.overlap = true, now, active, area, 0
-	delete(c.iters, k)
-	// Forward k+1's compute is in the next iteration's statistics, as the
-	// simulator's; keep only what later iterations need.
-	for it := range c.iters {
-		if it < k {
-			delete(c.iters, it)
-		}
-	}
+	m := c.c.IterationEnded(k, d.Seconds(), c.sec(now))
 	c.mu.Unlock()
 	if c.Next != nil {
 		c.Next.Iteration(k, d)
 	}
 	if c.OnStats != nil {
-		c.OnStats(Measurement{Stats: st, CommS: commS})
+		c.OnStats(Measurement{Stats: tune.Stats{Iteration: k, IterationTimeS: m.IterationS, ForwardS: m.ForwardS, BackwardS: m.BackwardS,
+			GoodputBps: m.GoodputBps, QueueDelayS: m.QueueDelayS, Overlap: m.Overlap, InFlightBytes: m.InFlightBytes}, CommS: m.CommS})
 	}
 }
 
@@ -382,19 +244,18 @@ func (l *tuneLoop) observe(ms Measurement) {
 }
 
 // apply puts a proposal made after iteration k in force on every worker
-// and server: from the iteration it states, or from the earliest legal one
-// if it states an earlier one (k+1, since rank 0 has posted up to k, and
-// after the previous change).
+// and server, under the one rule for proposals (proto.Schedule): from the
+// iteration it states, which must be k+tune.Lead or later and after the
+// previous change, or the job ends with an error naming the values.
 func (l *tuneLoop) apply(p tune.Proposal, k int) error {
 	name := l.o.Tuner.Name()
-	if err := p.Config.Validate(); err != nil {
-		return fmt.Errorf("job: tuner %s proposed an invalid configuration from iteration %d after iteration %d: %w", name, p.FromIteration, k, err)
+	ch, err := proto.Schedule(l.configs, p, k, name)
+	if err != nil {
+		return fmt.Errorf("job: %w", err)
 	}
-	from := max(p.FromIteration, k+1, l.configs[len(l.configs)-1].FromIteration+1)
-	if err := l.engine.Reconfigure(p.Config, from); err != nil {
-		return fmt.Errorf("job: tuner %s's configuration (partition %d, credit %d) from iteration %d: %w", name, p.Config.PartitionBytes, p.Config.CreditBytes, from, err)
+	if err := l.engine.Reconfigure(ch.Config, ch.FromIteration); err != nil {
+		return fmt.Errorf("job: tuner %s's configuration (partition %d, credit %d) from iteration %d: %w", name, p.Config.PartitionBytes, p.Config.CreditBytes, ch.FromIteration, err)
 	}
-	ch := ConfigChange{FromIteration: from, Config: p.Config}
 	l.configs = append(l.configs, ch)
 	if l.o.OnChange != nil {
 		l.o.OnChange(ch)

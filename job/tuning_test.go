@@ -178,8 +178,7 @@ func runTunedCluster(t *testing.T, spec Spec, tuning TuningOptions) ([]*Summary,
 
 // TestTunedExactness runs whole clusters whose configuration a scripted
 // tuner changes four times mid-run through rank 0's tuner loop (partition,
-// credit, order and admission; a proposal from too early an iteration,
-// applied from the earliest legal one) and checks every element of every
+// credit, order and admission) and checks every element of every
 // sum, the configurations applied, and the statistics the tuner saw.
 func TestTunedExactness(t *testing.T) {
 	p := testProfile()
@@ -196,9 +195,7 @@ func TestTunedExactness(t *testing.T) {
 	c3 := sched.Config{PartitionBytes: 1_000, CreditBytes: 5_000, Order: sched.OrderFIFO, Admission: sched.AdmitStrict}
 	c4 := sched.Config{PartitionBytes: 64_000, CreditBytes: 64_000, Order: sched.OrderPriority, Admission: sched.AdmitStrict}
 	const iterations = 8
-	// The third proposal, made after iteration 3 for iteration 1, applies
-	// from the earliest legal iteration, 4.
-	want := []ConfigChange{{FromIteration: 0, Config: base}, {FromIteration: 2, Config: c1}, {FromIteration: 3, Config: c2}, {FromIteration: 4, Config: c3}, {FromIteration: 7, Config: c4}}
+	want := []ConfigChange{{FromIteration: 0, Config: base}, {FromIteration: 2, Config: c1}, {FromIteration: 4, Config: c2}, {FromIteration: 5, Config: c3}, {FromIteration: 7, Config: c4}}
 	rate := func(k int) float64 {
 		if k < 4 {
 			return 1e9
@@ -220,9 +217,9 @@ func TestTunedExactness(t *testing.T) {
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("arch%d/w%d/s%d/pull%v", c.arch, c.workers, c.servers, c.pull), func(t *testing.T) {
 			tuner := &scripted{script: map[int]tune.Proposal{
-				0: {Config: c1, FromIteration: 2}, // the earliest a tuner may state
-				2: {Config: c2, FromIteration: 3}, // earlier than tune.Lead allows: still legal here
-				3: {Config: c3, FromIteration: 1}, // in the past: applied from 4
+				0: {Config: c1, FromIteration: 2}, // the earliest a tuner may state (tune.Lead)
+				2: {Config: c2, FromIteration: 4},
+				3: {Config: c3, FromIteration: 5}, // right after the previous change
 				5: {Config: c4, FromIteration: 7},
 			}}
 			spec := Spec{Profile: p, Arch: c.arch, Workers: c.workers, Servers: c.servers, Iterations: iterations, PullMode: c.pull,
@@ -277,6 +274,21 @@ func TestTunedExactness(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestTunerEarlyProposal: a proposal from before k+tune.Lead is refused,
+// not clamped, as in the simulator (proto.Schedule is the one rule): the
+// job ends with an error naming the iterations.
+func TestTunerEarlyProposal(t *testing.T) {
+	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 5, ShardBytes: 64_000,
+		Sched: sched.Config{PartitionBytes: 100_000, CreditBytes: 300_000, Order: sched.OrderPriority}}
+	tuner := &scripted{script: map[int]tune.Proposal{1: {Config: sched.Config{Order: sched.OrderPriority}, FromIteration: 2}}}
+	_, err := runTunedCluster(t, spec, TuningOptions{Tuner: tuner})
+	for _, w := range []string{"too late", "iteration 2", "after iteration 1", "iteration 3 or later"} {
+		if err == nil || !strings.Contains(err.Error(), w) {
+			t.Errorf("err = %v, want it to name %q", err, w)
+		}
 	}
 }
 

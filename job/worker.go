@@ -8,6 +8,7 @@ import (
 
 	"github.com/autobyte/autobyte/allreduce"
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/worker"
@@ -21,6 +22,9 @@ type WorkerOptions struct {
 	OnIteration func(k int, d time.Duration)
 	// Observer, if set, records timelines and metrics.
 	Observer worker.Observer
+	// Decisions, if set, records the worker's protocol decisions
+	// (conformance tests).
+	Decisions *proto.DecisionLog
 	// ComputeScaleAt, if set, multiplies the replay's compute times of
 	// iteration k (a compute trace, a straggler); see
 	// worker.ReplayOptions.ComputeScale.
@@ -44,7 +48,7 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 		loop = newTuneLoop(o.Tuning, spec)
 		obs = NewStatsCollector(spec.Arch, spec.Workers, o.Observer, loop.observe)
 	}
-	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: obs})
+	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: obs, Decisions: o.Decisions})
 	if err != nil {
 		return sum, err
 	}
@@ -184,8 +188,9 @@ func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor
 
 // ConnectOptions are optional hooks of a worker engine.
 type ConnectOptions struct {
-	OnDone   func(tensor, iteration int)
-	Observer worker.Observer
+	OnDone    func(tensor, iteration int)
+	Observer  worker.Observer
+	Decisions *proto.DecisionLog
 }
 
 // ConnectWith is Connect with every option.
@@ -313,7 +318,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 		}
 	}
 
-	ecfg.OnDone, ecfg.Observer = co.OnDone, co.Observer
+	ecfg.OnDone, ecfg.Observer, ecfg.Decisions = co.OnDone, co.Observer, co.Decisions
 	e, err := worker.New(ecfg)
 	if err != nil {
 		return nil, err

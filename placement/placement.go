@@ -34,6 +34,9 @@ type Inputs struct {
 	TensorBytes []int64
 	// ElemBytes is the element size; pieces and shards hold whole elements.
 	ElemBytes int64
+	// TensorElemBytes, if set, is each tensor's own element size (its
+	// dtype's width), in place of ElemBytes.
+	TensorElemBytes []int64
 	// PartitionBytes cuts a tensor into pieces exactly as the scheduling
 	// core does (sched.PieceCount; 0 = no partitioning).
 	PartitionBytes int64
@@ -51,8 +54,10 @@ func Place(in Inputs) (*Plan, error) {
 	switch {
 	case in.Servers < 1:
 		return nil, fmt.Errorf("placement: servers must be >= 1, got %d", in.Servers)
-	case in.ElemBytes < 1:
+	case in.TensorElemBytes == nil && in.ElemBytes < 1:
 		return nil, fmt.Errorf("placement: element size must be >= 1 byte, got %d", in.ElemBytes)
+	case in.TensorElemBytes != nil && len(in.TensorElemBytes) != len(in.TensorBytes):
+		return nil, fmt.Errorf("placement: %d element sizes for %d tensors", len(in.TensorElemBytes), len(in.TensorBytes))
 	case in.PartitionBytes < 0:
 		return nil, fmt.Errorf("placement: partition size must be >= 0, got %d", in.PartitionBytes)
 	case in.ShardBytes < 0:
@@ -61,14 +66,18 @@ func Place(in Inputs) (*Plan, error) {
 	plan := &Plan{Pieces: make([][][]Shard, len(in.TensorBytes)), Load: make([]int64, in.Servers)}
 	byLoad := make([]int, in.Servers)
 	for t, size := range in.TensorBytes {
-		if size <= 0 || size%in.ElemBytes != 0 {
-			return nil, fmt.Errorf("placement: tensor %d: size %d bytes is not a positive multiple of %d-byte elements", t, size, in.ElemBytes)
+		elem := in.ElemBytes
+		if in.TensorElemBytes != nil {
+			elem = in.TensorElemBytes[t]
+		}
+		if elem < 1 || size <= 0 || size%elem != 0 {
+			return nil, fmt.Errorf("placement: tensor %d: size %d bytes is not a positive multiple of %d-byte elements", t, size, elem)
 		}
 		var off int64
-		count := sched.PieceCount(size, in.ElemBytes, in.PartitionBytes)
+		count := sched.PieceCount(size, elem, in.PartitionBytes)
 		for i := range count {
-			pieceBytes := sched.PieceBytes(size, in.ElemBytes, count, i)
-			n := pieceBytes / in.ElemBytes
+			pieceBytes := sched.PieceBytes(size, elem, count, i)
+			n := pieceBytes / elem
 			shards := int64(1)
 			if sb := in.ShardBytes; sb > 0 && pieceBytes > sb {
 				shards = min(int64(in.Servers), n, (pieceBytes-1)/sb+1)
@@ -79,7 +88,7 @@ func Place(in Inputs) (*Plan, error) {
 			slices.SortStableFunc(byLoad, func(a, b int) int { return cmp.Compare(plan.Load[a], plan.Load[b]) })
 			var piece []Shard
 			for k := range shards {
-				s := Shard{Server: byLoad[k], Offset: off, Bytes: sched.PieceBytes(pieceBytes, in.ElemBytes, shards, k)}
+				s := Shard{Server: byLoad[k], Offset: off, Bytes: sched.PieceBytes(pieceBytes, elem, shards, k)}
 				plan.Load[s.Server] += s.Bytes
 				off += s.Bytes
 				piece = append(piece, s)

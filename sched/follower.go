@@ -92,11 +92,17 @@ func (f *Follower) Next() (Piece, bool) {
 // Done reports that an in-flight piece finished and returns its credit;
 // taskDone is true when it was the last piece of its task.
 func (f *Follower) Done(id PieceID) (taskDone bool, err error) {
-	taskDone, err = f.finish(id)
+	_, taskDone, err = f.Finish(id)
+	return taskDone, err
+}
+
+// Finish is Done that also returns the finished piece.
+func (f *Follower) Finish(id PieceID) (p Piece, taskDone bool, err error) {
+	p, taskDone, err = f.finish(id)
 	if taskDone {
 		delete(f.ready, taskID{iteration: id.Iteration, tensor: id.Tensor})
 	}
-	return taskDone, err
+	return p, taskDone, err
 }
 
 // InFlightBytes is the sum of the sizes of pieces started and not yet done.

@@ -6,8 +6,10 @@
 // package: inputs are calls (a task was posted, a piece finished, a new
 // configuration applies from iteration k) and outputs are decisions (start
 // this piece now). It has no goroutines, no clock and no I/O, and knows
-// nothing of sockets, servers or simulated time; the simulator and the real
-// runtime both drive it. A Scheduler is not safe for concurrent use.
+// nothing of sockets, servers or simulated time. The protocol machine
+// (package proto) wraps it with epochs, placement, gates and announcements,
+// and the simulator and the real runtime both drive that. A Scheduler is
+// not safe for concurrent use.
 package sched
 
 import "fmt"
@@ -270,6 +272,12 @@ func (s *Scheduler) start(p Piece) Piece {
 // Done reports that an in-flight piece finished and returns its credit.
 // taskDone is true when it was the last unfinished piece of its task.
 func (s *Scheduler) Done(id PieceID) (taskDone bool, err error) {
+	_, taskDone, err = s.finish(id)
+	return taskDone, err
+}
+
+// Finish is Done that also returns the finished piece.
+func (s *Scheduler) Finish(id PieceID) (p Piece, taskDone bool, err error) {
 	return s.finish(id)
 }
 

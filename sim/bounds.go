@@ -6,8 +6,8 @@ import (
 	"github.com/autobyte/autobyte/model"
 )
 
-// Bounds are lower bounds on the steady-state iteration time of a job
-// (REFERENCE.md §5), in seconds. Each holds for any scheduling of the job's
+// Bounds are lower bounds on the steady-state iteration time of a job, in
+// seconds. Each holds for any scheduling of the job's
 // communication on the simulator's network model. They ignore
 // Options.MessageCostS, which only adds to every message's time, so they
 // hold with it too (less tightly).

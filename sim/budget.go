@@ -128,13 +128,15 @@ func (o *Options) Budget() (Estimate, error) {
 	layers := float64(len(o.Profile.Layers))
 	compute := 2 * layers * W // a forward and a backward event per layer and worker
 	hosts := W
+	// The leader announces every piece it starts to the followers (one
+	// event per piece), on parameter servers and the ring alike.
+	announce := 0.0
+	if o.Workers > 1 {
+		announce = P
+	}
 	if o.Arch == PS {
 		hosts += M
 		e.Messages = 2 * W * shards
-		announce := 0.0
-		if o.Workers > 1 {
-			announce = P
-		}
 		e.Events = iters * (eventsPerEgres*e.Messages + announce + compute)
 		if M > 1 {
 			e.PlacementOps = P * M * math.Log2(M)
@@ -142,7 +144,9 @@ func (o *Options) Budget() (Estimate, error) {
 		e.MemoryBytes = memPerPSPiece * W * shards
 	} else {
 		e.Messages = P
-		e.Events = iters * (2*P + compute)
+		e.Events = iters * (2*P + announce + compute)
+		// Every rank's machine follows the leader's pieces.
+		e.MemoryBytes = memPerPSPiece * W * P
 	}
 	e.MemoryBytes += memBase + memPerPiece*P + W*(memPerWorker+memPerTensor*float64(tensors)) + memPerHost*hosts
 	return e, o.overBudget(e)

@@ -139,7 +139,7 @@ func TestNeutralDynamicsChangeNothing(t *testing.T) {
 			}
 		}
 	}
-	o := toyOptions(t, sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, false)
+	o := toyOptions(t, sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority})
 	o.BandwidthTrace = []Step{{0, 1e6}}
 	for k, it := range run(t, o).IterationTimesS {
 		if math.Abs(it-9) > 1e-9 {
@@ -155,7 +155,7 @@ func TestBandwidthDrop(t *testing.T) {
 	for _, tp := range []topology{{PS, 4, 4}, {PS, 4, 1}, {AllReduce, 4, 0}} {
 		for _, ps := range presets(tp.arch) {
 			o := job(profile(t, "vgg16"), tp.arch, tp.workers, tp.servers, gbps10)
-			o.Sched, o.GlobalBarrier, o.Iterations = ps.cfg, ps.barrier, 15
+			o.Sched, o.Iterations = ps.cfg, 15
 			o.BandwidthTrace = []Step{{5, gbps1}, {10, gbps10}}
 			r := run(t, o)
 			checkIterationBounds(t, o, r)
@@ -305,7 +305,10 @@ func runWithServers(t *testing.T, o Options) *Result {
 	if err := o.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	s := newSimulation(o)
+	s, err := newSimulation(o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	type count struct {
 		n      int
 		bytes  int64
@@ -490,7 +493,7 @@ func TestTunerProposalRejected(t *testing.T) {
 // at 1 s, 3 MB at 2 s and 1.5 MB at 3 s; they are in flight over [1, 4],
 // [2, 8.5] and [3, 10]; the forward runs from 10 to 13.
 func TestStatsToy(t *testing.T) {
-	o := toyOptions(t, sched.Config{}, true)
+	o := toyOptions(t, sched.Config{})
 	r := run(t, o)
 	if len(r.Stats) != o.Iterations {
 		t.Fatalf("%d stats, want %d", len(r.Stats), o.Iterations)
@@ -522,15 +525,16 @@ func TestStatsSane(t *testing.T) {
 	for _, tp := range []topology{{PS, 8, 4}, {AllReduce, 8, 0}} {
 		for _, ps := range presets(tp.arch) {
 			o := job(profile(t, "resnet50"), tp.arch, tp.workers, tp.servers, gbps10)
-			o.Sched, o.GlobalBarrier = ps.cfg, ps.barrier
+			o.Sched = ps.cfg
 			r := run(t, o)
 			n := float64(o.Workers)
 			for k, st := range r.Stats {
-				sent := float64(o.Profile.TotalBytes())
+				sent := float64(o.Profile.TotalBytes()) // by rank 0
 				if tp.arch == AllReduce {
 					sent *= 2 * (n - 1) / n
 				}
-				if st.IterationTimeS != r.IterationTimesS[k] || math.Abs(st.GoodputBps*st.IterationTimeS-sent) > 1e-6*sent ||
+				// The leader's span is at most the slowest worker's.
+				if !(st.IterationTimeS > 0) || st.IterationTimeS > r.IterationTimesS[k]*(1+rel) || math.Abs(st.GoodputBps*st.IterationTimeS-sent) > 1e-6*sent ||
 					st.Overlap < 0 || st.Overlap > 1 || st.QueueDelayS < 0 || st.InFlightBytes <= 0 ||
 					math.Abs(st.ForwardS-o.Profile.ForwardS()) > rel || math.Abs(st.BackwardS-o.Profile.BackwardS()) > rel {
 					t.Errorf("%v %s: iteration %d: implausible stats %+v (iteration %v s)", tp, ps.name, k, st, r.IterationTimesS[k])
@@ -722,7 +726,7 @@ func TestDynamicsDeterministic(t *testing.T) {
 // between two hosts, twice the configured one-way latency.
 func TestStatsRoundTrip(t *testing.T) {
 	for _, lat := range []float64{0, 30e-6} {
-		o := toyOptions(t, sched.Config{}, true)
+		o := toyOptions(t, sched.Config{})
 		o.LatencyS = lat
 		r := run(t, o)
 		for k, st := range r.Stats {

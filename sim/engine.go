@@ -1,10 +1,60 @@
 package sim
 
-// The event queue: a binary min-heap on (time, sequence) so that events at
-// equal times run in the order they were scheduled, which makes every run
-// deterministic. It is typed on event rather than using container/heap
-// because boxing each event into an interface would allocate millions of
-// times in a large run.
+// The simulator's queues: the event queue, each host's egress and the
+// ring's ready pieces are binary min-heaps of one generic type, ordered by
+// a key and a sequence number so that equal keys leave in the order they
+// came, which makes every run deterministic. The heap is typed on its items
+// rather than using container/heap because boxing each event into an
+// interface would allocate millions of times in a large run.
+
+import "github.com/autobyte/autobyte/sched"
+
+// ordered is an item that knows whether it leaves before another.
+type ordered[T any] interface {
+	before(T) bool
+}
+
+// minHeap is a binary min-heap under T's before.
+type minHeap[T ordered[T]] struct{ items []T }
+
+func (h *minHeap[T]) Len() int { return len(h.items) }
+
+func (h *minHeap[T]) push(x T) {
+	h.items = append(h.items, x)
+	q := h.items
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q[i].before(q[parent]) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+func (h *minHeap[T]) pop() T {
+	q := h.items
+	top := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		child := 2*i + 1
+		if child >= n {
+			break
+		}
+		if r := child + 1; r < n && q[r].before(q[child]) {
+			child = r
+		}
+		if !q[child].before(q[i]) {
+			break
+		}
+		q[i], q[child] = q[child], q[i]
+		i = child
+	}
+	h.items = q
+	return top
+}
 
 type eventKind uint8
 
@@ -14,7 +64,7 @@ const (
 	evDeliver                     // a message fully arrived at its destination
 	evRingFree                    // the all-reduce ring can start the next piece
 	evRingDone                    // an all-reduce piece completed on every rank
-	evAnnounce                    // the PS leader's start of a piece reached the followers
+	evAnnounce                    // the leader's announcement (a piece or an epoch) reached the followers
 )
 
 type event struct {
@@ -25,54 +75,47 @@ type event struct {
 	who int32
 }
 
-type eventQueue struct {
-	items []event
-	seq   uint64
-}
-
-func (q *eventQueue) Len() int { return len(q.items) }
-
-func (q *eventQueue) less(i, j int) bool {
-	a, b := &q.items[i], &q.items[j]
+func (a event) before(b event) bool {
 	if a.t != b.t {
 		return a.t < b.t
 	}
 	return a.seq < b.seq
 }
 
-func (q *eventQueue) push(t float64, kind eventKind, who int32) {
-	q.seq++
-	q.items = append(q.items, event{t: t, seq: q.seq, kind: kind, who: who})
-	i := len(q.items) - 1
-	for i > 0 {
-		parent := (i - 1) / 2
-		if !q.less(i, parent) {
-			break
-		}
-		q.items[i], q.items[parent] = q.items[parent], q.items[i]
-		i = parent
-	}
+// eventQueue orders events by (time, sequence).
+type eventQueue struct {
+	minHeap[event]
+	seq uint64
 }
 
-func (q *eventQueue) pop() event {
-	top := q.items[0]
-	n := len(q.items) - 1
-	q.items[0] = q.items[n]
-	q.items = q.items[:n]
-	i := 0
-	for {
-		child := 2*i + 1
-		if child >= n {
-			break
-		}
-		if r := child + 1; r < n && q.less(r, child) {
-			child = r
-		}
-		if !q.less(child, i) {
-			break
-		}
-		q.items[i], q.items[child] = q.items[child], q.items[i]
-		i = child
-	}
-	return top
+func (q *eventQueue) push(t float64, kind eventKind, who int32) {
+	q.seq++
+	q.minHeap.push(event{t: t, seq: q.seq, kind: kind, who: who})
 }
+
+// urgency orders what waits for a link: the priority the protocol machine
+// gave it, then the order it came in.
+type urgency struct{ prio, seq uint64 }
+
+func (a urgency) before(b urgency) bool {
+	if a.prio != b.prio {
+		return a.prio < b.prio
+	}
+	return a.seq < b.seq
+}
+
+// queued is a message waiting in a host's egress.
+type queued struct {
+	urgency
+	id int32
+}
+
+func (a queued) before(b queued) bool { return a.urgency.before(b.urgency) }
+
+// ringPiece is a piece every rank started, waiting for the ring.
+type ringPiece struct {
+	urgency
+	p sched.Piece
+}
+
+func (a ringPiece) before(b ringPiece) bool { return a.urgency.before(b.urgency) }

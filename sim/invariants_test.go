@@ -30,9 +30,8 @@ const (
 
 // preset is one of the CLI's --scheduler choices.
 type preset struct {
-	name    string
-	cfg     sched.Config
-	barrier bool
+	name string
+	cfg  sched.Config
 }
 
 // presets returns the CLI's scheduler presets for arch, plus bytescheduler
@@ -46,10 +45,10 @@ func presets(arch Arch) []preset {
 	strict := bs
 	strict.Admission = sched.AdmitStrict
 	return []preset{
-		{"fifo", sched.Config{}, true},
-		{"priority", sched.Config{Order: sched.OrderPriority}, false},
-		{"bytescheduler", bs, false},
-		{"bytescheduler-strict", strict, false},
+		{"fifo", sched.Config{}},
+		{"priority", sched.Config{Order: sched.OrderPriority}},
+		{"bytescheduler", bs},
+		{"bytescheduler-strict", strict},
 	}
 }
 
@@ -87,8 +86,8 @@ func describe(o Options) string {
 	if o.Profile != nil {
 		name = o.Profile.Name
 	}
-	return fmt.Sprintf("%s %v N=%d M=%d bw=%g sched=%+v barrier=%v shard=%d",
-		name, o.Arch, o.Workers, o.Servers, o.BandwidthBps, o.Sched, o.GlobalBarrier, o.ShardBytes)
+	return fmt.Sprintf("%s %v N=%d M=%d bw=%g sched=%+v shard=%d",
+		name, o.Arch, o.Workers, o.Servers, o.BandwidthBps, o.Sched, o.ShardBytes)
 }
 
 // topology is a worker/server count to run a model on.
@@ -127,7 +126,7 @@ func TestLowerBoundHolds(t *testing.T) {
 					t.Run(name, func(t *testing.T) {
 						t.Parallel()
 						o := job(profile(t, m), tp.arch, tp.workers, tp.servers, bw)
-						o.Sched, o.GlobalBarrier = ps.cfg, ps.barrier
+						o.Sched = ps.cfg
 						checkBounds(t, o, run(t, o))
 					})
 				}
@@ -258,7 +257,7 @@ func TestJitterRespectsBound(t *testing.T) {
 		for _, ps := range presets(tp.arch) {
 			for seed := range uint64(3) {
 				o := job(profile(t, "resnet50"), tp.arch, tp.workers, tp.servers, gbps10)
-				o.Sched, o.GlobalBarrier = ps.cfg, ps.barrier
+				o.Sched = ps.cfg
 				o.Jitter, o.Seed = 0.2, seed
 				r := run(t, o)
 				if r.Bounds != LowerBounds(o) {
@@ -277,7 +276,6 @@ func TestBytesSchedulerBeatsFIFO(t *testing.T) {
 	o := job(profile(t, "vgg16"), PS, 8, 8, gbps10)
 	o.Iterations = 10
 	fifo := o
-	fifo.GlobalBarrier = true
 	fifoS := run(t, fifo).IterationTimeS
 	best := math.Inf(1)
 	for _, part := range []int64{1e6, 4e6, 16e6} {
@@ -292,32 +290,6 @@ func TestBytesSchedulerBeatsFIFO(t *testing.T) {
 		t.Errorf("best bytescheduler %.4g s per iteration, fifo %.4g s: want at least 5%% faster", best, fifoS)
 	}
 	t.Logf("vgg16 ps 8x8 10Gbps: fifo %.4g s, best bytescheduler %.4g s (%.2fx)", fifoS, best, fifoS/best)
-}
-
-// TestGlobalBarrierNeverHelps checks that the framework's global barrier,
-// which only delays forward layers that per-layer gates would let run, never
-// speeds a job up, under any scheduler.
-func TestGlobalBarrierNeverHelps(t *testing.T) {
-	for _, m := range []string{"toy3", "alexnet", "vgg16", "resnet50", "transformer", "gpt2"} {
-		for _, tp := range []topology{{PS, 8, 8}, {PS, 8, 1}, {PS, 3, 2}, {AllReduce, 8, 0}} {
-			for _, bw := range []float64{gbps1, gbps10, gbps100} {
-				t.Run(fmt.Sprintf("%s/%v/%gGbps", m, tp, bw*8/1e9), func(t *testing.T) {
-					t.Parallel()
-					for _, ps := range presets(tp.arch) {
-						o := job(profile(t, m), tp.arch, tp.workers, tp.servers, bw)
-						o.Sched = ps.cfg
-						free := run(t, o)
-						o.GlobalBarrier = true
-						gated := run(t, o)
-						if gated.IterationTimeS < free.IterationTimeS*(1-rel) {
-							t.Errorf("%s: with the global barrier %.9g s per iteration, without %.9g s",
-								describe(o), gated.IterationTimeS, free.IterationTimeS)
-						}
-					}
-				})
-			}
-		}
-	}
 }
 
 // TestRandomJobs checks the bounds and the byte accounting on random small
@@ -367,7 +339,7 @@ func randomJob(r *rand.Rand) Options {
 		p.Layers = append(p.Layers, layer)
 	}
 	o := Options{Profile: p, Workers: 1 + r.IntN(9), BandwidthBps: float64(pick(1e6, 1e8, 1e10)),
-		LatencyS: []float64{0, 1e-6, 1e-3}[r.IntN(3)], Iterations: 1 + r.IntN(6), GlobalBarrier: r.IntN(2) == 0,
+		LatencyS: []float64{0, 1e-6, 1e-3}[r.IntN(3)], Iterations: 1 + r.IntN(6),
 		Sched: sched.Config{PartitionBytes: part, CreditBytes: pick(0, 1, 100_000, 4_000_000),
 			Order: sched.Order(r.IntN(2)), Admission: sched.Admission(r.IntN(2))}}
 	if r.IntN(2) == 0 {
@@ -386,7 +358,7 @@ func TestSingleWorkerAllReduce(t *testing.T) {
 		for _, ps := range presets(AllReduce) {
 			p := profile(t, m)
 			o := job(p, AllReduce, 1, 0, gbps1)
-			o.Sched, o.GlobalBarrier = ps.cfg, ps.barrier
+			o.Sched = ps.cfg
 			r := run(t, o)
 			compute := p.ForwardS() + p.BackwardS()
 			for k, it := range r.IterationTimesS {

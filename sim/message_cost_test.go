@@ -27,9 +27,11 @@ func oneTensor(bytes int64) *model.Profile {
 // (k+1)(c + s/B) + 2L after the backward pass: iteration = 0.5 + (k+1)(c +
 // s/B) + 2L + 0.5, that is (k+1)·c more than without the cost.
 //
-// Ring all-reduce of 4 workers: each piece occupies the ring for
-// 2(N-1)/N·s/B + 2(N-1)·c and the last completes 2(N-1)·L after the ring
-// finished it: iteration = 0.5 + k(1.5s/B + 6c) + 6L + 0.5, 6k·c more.
+// Ring all-reduce of 4 workers: the followers start the pieces when the
+// leader's announcements reach them, one latency L after the leader did;
+// each piece occupies the ring for 2(N-1)/N·s/B + 2(N-1)·c and the last
+// completes 2(N-1)·L after the ring finished it: iteration = 0.5 + L +
+// k(1.5s/B + 6c) + 6L + 0.5, 6k·c more.
 func TestMessageCostByHand(t *testing.T) {
 	const bw, lat, size = 1e6, 1e-3, 4e6
 	for _, c := range []float64{0, 0.01, 0.25} {
@@ -42,7 +44,7 @@ func TestMessageCostByHand(t *testing.T) {
 				want             float64
 			}{
 				{PS, 1, 1, 0.5 + float64(k+1)*(c+s) + 2*lat + 0.5},
-				{AllReduce, 4, 0, 0.5 + float64(k)*(1.5*s+6*c) + 6*lat + 0.5},
+				{AllReduce, 4, 0, 0.5 + lat + float64(k)*(1.5*s+6*c) + 6*lat + 0.5},
 			}
 			for _, tc := range cases {
 				o := Options{Profile: oneTensor(size), Arch: tc.arch, Workers: tc.workers, Servers: tc.servers,
@@ -88,7 +90,7 @@ func TestMessageCostZeroChangesNothing(t *testing.T) {
 			}
 		}
 	}
-	o := toyOptions(t, sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, false)
+	o := toyOptions(t, sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority})
 	o.MessageCostS = 0
 	for k, it := range run(t, o).IterationTimesS {
 		if math.Abs(it-9) > 1e-9 {

@@ -1,23 +1,26 @@
 // Package sim is a discrete-event simulator of synchronous data-parallel
 // training: it replays a model profile's compute on every worker and drives
-// the scheduling core (package sched) on a virtual clock over a network of
-// full-duplex host links, with parameter servers or ring all-reduce.
+// every worker's protocol machine (package proto, the same one the runtime
+// engine drives) on a virtual clock, over a network of full-duplex host
+// links, with parameter servers or ring all-reduce.
 //
 // It owns the network and compute models and the lower bounds; it must not
-// contain scheduling decisions (those belong to sched) and does no I/O except
+// contain protocol decisions (what starts when, in which order, where, which
+// epoch, which gate opens: those belong to proto) and does no I/O except
 // an optional trace writer handed to it.
 //
 // Network model. Every host (worker or server) has a full-duplex link to a
 // non-blocking switch with a bandwidth per direction and a latency. A
-// message leaves its sender's egress one at a time in FIFO order (the order
-// the scheduler released it) and is cut through the switch into the
-// receiver's ingress, which serves arriving messages in arrival order: it
-// occupies the ingress for at least bytes/bandwidth and cannot finish before
-// its last byte left the sender plus the latency. A ring all-reduce of a
-// piece occupies every worker's links symmetrically, so the ring is modelled
-// as one shared pipeline: 2(N-1)/N of the piece crosses each link at the
-// slowest worker's bandwidth, and the piece completes 2(N-1) latencies after
-// its last byte entered the ring.
+// message leaves its sender's egress one at a time, the one of smallest
+// priority first (the runtime's senders pick the most urgent frame), and is
+// cut through the switch into the receiver's ingress, which serves arriving
+// messages in arrival order: it occupies the ingress for at least
+// bytes/bandwidth and cannot finish before its last byte left the sender
+// plus the latency. A ring all-reduce of a piece occupies every worker's
+// links symmetrically, so the ring is modelled as one shared pipeline that
+// a piece enters once every rank started it: 2(N-1)/N of the piece crosses
+// each link at the slowest worker's bandwidth, and the piece completes
+// 2(N-1) latencies after its last byte entered the ring.
 //
 // Per-message cost. With Options.MessageCostS = c > 0 every message also
 // occupies its sender's egress for c before its first byte leaves (a fixed
@@ -34,7 +37,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/autobyte/autobyte/model"
-	"github.com/autobyte/autobyte/placement"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
@@ -42,34 +45,19 @@ import (
 )
 
 // Arch is the aggregation architecture.
-type Arch int
+type Arch = proto.Arch
 
 const (
 	// PS is parameter servers: each worker pushes each piece to the server
-	// that holds it and pulls the sum once every worker pushed it.
-	PS Arch = iota
-	// AllReduce is ring all-reduce; only rank 0 schedules, the others
-	// follow its order.
-	AllReduce
+	// that holds it and receives the sum once every worker pushed it.
+	PS = proto.PS
+	// AllReduce is ring all-reduce; rank 0 schedules, the others follow
+	// its order.
+	AllReduce = proto.AllReduce
 )
 
-func (a Arch) String() string {
-	if a == AllReduce {
-		return "allreduce"
-	}
-	return "ps"
-}
-
 // ParseArch parses "ps" or "allreduce".
-func ParseArch(s string) (Arch, error) {
-	switch s {
-	case "ps":
-		return PS, nil
-	case "allreduce":
-		return AllReduce, nil
-	}
-	return 0, fmt.Errorf("unknown architecture %q (want ps or allreduce)", s)
-}
+func ParseArch(s string) (Arch, error) { return proto.ParseArch(s) }
 
 // Options describe one simulated job.
 type Options struct {
@@ -86,13 +74,9 @@ type Options struct {
 	// none): every push, pull and ring step occupies its sender's egress
 	// for MessageCostS before its bytes (see sendNext and ringNext).
 	MessageCostS float64
-	// Sched is the scheduling configuration of every worker (PS) or of the
-	// leader (all-reduce).
+	// Sched is the initial scheduling configuration (epoch 0) of every
+	// worker; fifo order brings fifo's global barrier with it.
 	Sched sched.Config
-	// GlobalBarrier makes each forward pass wait until every layer of the
-	// previous iteration is synchronised, as an unscheduled framework does;
-	// otherwise layer i waits only for layer i.
-	GlobalBarrier bool
 	// ShardBytes is the parameter-server transport's big-array bound: a
 	// piece larger than this is split into ceil(size/ShardBytes) near-equal
 	// shards on distinct servers (at most one per server), as MXNet's
@@ -108,6 +92,9 @@ type Options struct {
 	Seed   uint64
 	// Trace, if set, receives a Chrome-trace timeline of rank 0.
 	Trace *trace.Writer
+	// Decisions, if set, records the protocol machines' decisions
+	// (conformance tests compare them with the runtime's).
+	Decisions *proto.DecisionLog
 
 	// Changing conditions (see dynamics.go for the exact rule).
 
@@ -139,9 +126,9 @@ type Result struct {
 	// IterationTimesS after dropping the warm-up (the first fifth, at least
 	// one when there are two or more).
 	IterationTimeS float64
-	// IterationTimesS[k] is the time between the ends of forward passes k
-	// and k+1 (the slowest worker's), i.e. backward k, its communication
-	// and the gated forward k+1.
+	// IterationTimesS[k] is the slowest worker's time between the ends of
+	// its forward passes k and k+1, i.e. backward k, its communication and
+	// the gated forward k+1 (stats.JobIterationTimes, as launch reports).
 	IterationTimesS []float64
 	SamplesPerS     float64
 	Bounds          Bounds
@@ -165,7 +152,8 @@ type Result struct {
 	// by increasing FromIteration: Options.Sched from 0, then each change
 	// the tuner made that applied before the run ended.
 	Configs []ConfigChange
-	// Stats[k] are the statistics of iteration k, as a tuner saw them.
+	// Stats[k] are the statistics of iteration k, as a tuner saw them: the
+	// leader's measurements (tune.Stats), as in the runtime.
 	Stats []tune.Stats
 }
 
@@ -218,7 +206,7 @@ type tensorInfo struct {
 
 type message struct {
 	src, dst int32
-	// worker is the pushing worker (push) or the receiving worker (pull).
+	// worker is the pushing worker (push) or the receiving worker (answer).
 	worker int32
 	push   bool
 	// shard is this message's part of the piece when the piece is sharded
@@ -226,14 +214,17 @@ type message struct {
 	shard int32
 	bytes int64
 	piece sched.Piece
-	// egressEnd is when the last byte left the sender.
-	egressEnd float64
+	// prio is the priority the protocol machine gave the piece (answers
+	// carry their push's); seq breaks ties in send order.
+	prio uint64
+	seq  uint64
 }
 
 type host struct {
-	lat         float64 // latency of this host's link (half of a host-to-host latency)
-	queue       []int32 // FIFO of messages waiting for the egress
-	qhead       int
+	lat float64 // latency of this host's link (half of a host-to-host latency)
+	// queue holds the messages waiting for the egress, most urgent first:
+	// the runtime's senders pick the frame of smallest priority next.
+	queue       minHeap[queued]
 	busy        bool
 	ingressFree float64
 	egressBytes int64
@@ -242,25 +233,23 @@ type host struct {
 
 type worker struct {
 	rank int
-	// core schedules this worker's pieces (PS only): rank 0 leads, the
-	// others follow its order.
-	core   workerCore
-	iter   int
-	fwd    bool
-	layer  int
-	busy   bool
-	done   bool
-	synced []int // synced[l] = last iteration whose layer l is synchronised
-	// remaining[l] counts layer l's tasks of the iteration in communication.
-	remaining []int
-	unsynced  int // layers of the iteration in communication not yet synchronised
-	allSynced int // last iteration fully synchronised
-	rng       *rand.Rand
-	// shardsLeft counts the unfinished shards of each sharded piece.
-	shardsLeft map[sched.PieceID]int32
-	fwdEnds    []float64
-	opStart    float64
-	acct       acct
+	// m is the worker's protocol machine: it decides what starts, where
+	// and in what order, and which gates open.
+	m    *proto.Worker
+	iter int
+	fwd  bool
+	// stepping is set while a finished compute step posts its gradients:
+	// the step's own bookkeeping starts the next one.
+	stepping bool
+	layer    int
+	busy     bool
+	done     bool
+	synced   []int // synced[l] = last iteration whose layer l is open
+	rng      *rand.Rand
+	fwdEnds  []float64
+	opStart  float64
+	// postT[t] is when tensor t's latest gradient was posted here.
+	postT []float64
 }
 
 type pieceKey struct {
@@ -279,34 +268,32 @@ type simulation struct {
 	hosts   []host // workers first, then servers
 	msgs    []message
 	free    []int32
-	// PS state
-	placement map[int64]*placement.Plan // by partition size
-	// epochPartition[e] is the partition size of configuration epoch e.
-	epochPartition []int64
-	// announced are the PS leader's started pieces on their way to the
-	// followers; the queue empties whenever the last one arrives.
-	announced []sched.Piece
-	arrived   map[pieceKey]int32
-	// all-reduce state
-	leader    *sched.Scheduler
-	posts     map[pieceKey]int32 // tasks posted by how many ranks
-	ring      []sched.Piece
-	ringHead  int
-	ringBusy  bool
-	ringSlots []sched.Piece
-	ringFree  []int32
-	ringBytes float64 // bytes each worker sent (and received) on the ring
-	events    int64
-	err       error
+	msgSeq  uint64
+	// ctl are the leader's announcements (pieces and epochs) on their way
+	// to the followers; the queue empties whenever the last one arrives.
+	ctl []proto.Message
+	// arrived counts the pushes a server received of each shard.
+	arrived map[pieceKey]int32
+	// all-reduce state: ringStarts counts the ranks that started a piece;
+	// ringReady holds the pieces every rank started, most urgent first.
+	ringStarts map[pieceKey]int32
+	ringReady  minHeap[ringPiece]
+	ringSeq    uint64
+	ringBusy   bool
+	ringSlots  []sched.Piece
+	ringFree   []int32
+	ringBytes  float64 // bytes each worker sent (and received) on the ring
+	events     int64
+	err        error
 	// trace bookkeeping for rank 0
 	postedAt map[pieceKey]float64
-	// measurements and reconfiguration (tuning.go)
-	iters    []iterAcct // by iteration, Iterations+1 of them
-	context  tune.Stats // the constant part of every iteration's stats
-	stats    []tune.Stats
-	configs  []ConfigChange // accepted, by increasing FromIteration
-	ringFl   flight         // the all-reduce leader's bytes in flight
-	sumPostT []float64      // all-reduce: sum over ranks of each tensor's post time
+	// measurements and reconfiguration (tuning.go): the leader's
+	// statistics and the pieces it started per iteration
+	measure      *stats.Collector
+	leaderPieces []int
+	context      tune.Stats // the constant part of every iteration's stats
+	stats        []tune.Stats
+	configs      []ConfigChange // accepted, by increasing FromIteration
 	// pushed, if set, sees every push as it arrives at its server (tests).
 	pushed func(server int32, k pieceKey, bytes int64)
 }
@@ -316,7 +303,11 @@ func Run(o Options) (*Result, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
-	return newSimulation(o).run()
+	s, err := newSimulation(o)
+	if err != nil {
+		return nil, err
+	}
+	return s.run()
 }
 
 func (s *simulation) run() (*Result, error) {
@@ -338,16 +329,23 @@ func (s *simulation) run() (*Result, error) {
 	return s.result(), nil
 }
 
-func newSimulation(o Options) *simulation {
+func newSimulation(o Options) (*simulation, error) {
 	p := o.Profile
-	s := &simulation{o: o, arrived: map[pieceKey]int32{}, placement: map[int64]*placement.Plan{},
-		epochPartition: []int64{o.Sched.PartitionBytes}, iters: make([]iterAcct, o.Iterations+1),
-		configs: []ConfigChange{{Config: o.Sched}}}
+	s := &simulation{o: o, arrived: map[pieceKey]int32{}, ringStarts: map[pieceKey]int32{},
+		leaderPieces: make([]int, o.Iterations+1), configs: []ConfigChange{{Config: o.Sched}}}
+	share := 1.0
+	if n := float64(o.Workers); o.Arch == AllReduce {
+		share = 2 * (n - 1) / n
+	}
+	s.measure = stats.NewCollector(share)
+	var tensors []proto.Tensor
 	for l, layer := range p.Layers {
 		var ids []int
 		for _, t := range layer.Tensors {
 			ids = append(ids, len(s.tensors))
-			s.tensors = append(s.tensors, tensorInfo{layer: l, bytes: t.Params * int64(p.BytesPerParam)})
+			b := t.Params * int64(p.BytesPerParam)
+			s.tensors = append(s.tensors, tensorInfo{layer: l, bytes: b})
+			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: b, ElemBytes: p.BytesPerParam})
 		}
 		s.layerT = append(s.layerT, ids)
 		s.fwdS = append(s.fwdS, layer.ForwardS)
@@ -362,36 +360,26 @@ func newSimulation(o Options) *simulation {
 		s.hosts[i] = host{lat: o.LatencyS / 2}
 	}
 	L := len(p.Layers)
+	plans := proto.NewPlans()
 	for r := 0; r < o.Workers; r++ {
-		w := &worker{rank: r, fwd: true, synced: make([]int, L), remaining: make([]int, L), allSynced: -1,
-			shardsLeft: map[sched.PieceID]int32{},
-			rng:        rand.New(rand.NewPCG(o.Seed, uint64(r)))}
-		if o.Arch == PS {
-			w.acct.fl = &flight{}
-			w.acct.postT = make([]float64, len(s.tensors))
-		} else {
-			w.acct.fl = &s.ringFl
+		m, err := proto.New(proto.Config{Rank: r, Workers: o.Workers, Arch: o.Arch, Tensors: tensors, Sched: o.Sched,
+			Servers: o.Servers, ShardBytes: o.ShardBytes, Plans: plans})
+		if err != nil {
+			return nil, fmt.Errorf("sim: %w", err)
 		}
+		w := &worker{rank: r, m: m, fwd: true, synced: make([]int, L),
+			rng: rand.New(rand.NewPCG(o.Seed, uint64(r)))}
+		w.postT = make([]float64, len(s.tensors))
 		for l := range w.synced {
 			w.synced[l] = -1
 		}
-		if o.Arch == PS && r == 0 {
-			w.core, _ = sched.New(o.Sched) // validated above
-		} else if o.Arch == PS {
-			w.core, _ = sched.NewFollower(o.Sched)
-		}
 		s.workers = append(s.workers, w)
-	}
-	if o.Arch == AllReduce {
-		s.leader, _ = sched.New(o.Sched)
-		s.posts = map[pieceKey]int32{}
-		s.sumPostT = make([]float64, len(s.tensors))
 	}
 	s.context = s.jobContext()
 	if o.Trace != nil {
 		s.postedAt = map[pieceKey]float64{}
 	}
-	return s
+	return s, nil
 }
 
 func (s *simulation) start() {
@@ -420,14 +408,65 @@ func (s *simulation) handle(e event) {
 	case evRingDone:
 		s.ringDone(e.who)
 	case evAnnounce:
-		p := s.announced[e.who]
+		m := s.ctl[e.who]
 		for _, w := range s.workers[1:] {
-			w.core.(*sched.Follower).Announce(p)
-			s.drainWorker(w)
+			if m.Kind == proto.AnnounceEpoch {
+				s.check(w.m.EpochAnnounced(m.Epoch))
+			} else {
+				s.check(w.m.Announced(m.Piece))
+			}
+			s.drain(w)
 		}
-		if int(e.who) == len(s.announced)-1 {
-			s.announced = s.announced[:0]
+		if int(e.who) == len(s.ctl)-1 {
+			s.ctl = s.ctl[:0]
 		}
+	}
+}
+
+// drain carries out the effects of worker w's machine: it puts messages on
+// the wire (announcements one latency away, pushes into the worker's
+// egress, ring starts into the ring), accounts the pieces started and
+// finished, and opens gates.
+func (s *simulation) drain(w *worker) {
+	rd := w.m.Ready()
+	if rd.Empty() {
+		return
+	}
+	s.o.Decisions.Record(w.rank, &rd)
+	for _, m := range rd.Messages {
+		switch m.Kind {
+		case proto.Announce, proto.AnnounceEpoch:
+			s.ctl = append(s.ctl, m)
+			s.q.push(s.now+s.o.LatencyS, evAnnounce, int32(len(s.ctl)-1))
+		case proto.Push:
+			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers + m.Server), worker: int32(w.rank), push: true,
+				bytes: m.Bytes, piece: m.Piece, shard: int32(m.Shard), prio: m.Priority})
+		case proto.RingStart:
+			s.ringStarted(m)
+		}
+	}
+	if w.rank == 0 {
+		// The tuner's statistics are the leader's (tune.Stats).
+		for _, st := range rd.Started {
+			p := st.Piece
+			s.measure.PieceStarted(p.Iteration, p.Bytes, w.postT[p.Tensor], s.now, st.InFlightBytes)
+			s.leaderPieces[p.Iteration]++
+		}
+		for _, f := range rd.Finished {
+			s.measure.PieceDone(s.now, f.InFlightBytes)
+			if s.postedAt != nil {
+				s.traceComm(f.Piece)
+			}
+		}
+	}
+	for _, g := range rd.Opened {
+		w.synced[g.Layer] = max(w.synced[g.Layer], g.Iteration)
+		if s.postedAt != nil && w.rank == 0 {
+			_ = s.o.Trace.Instant(fmt.Sprintf("layer %d synced", g.Layer), "sync", 1, 0, s.now, nil)
+		}
+	}
+	if len(rd.Opened) > 0 && !w.stepping {
+		s.advance(w)
 	}
 }
 
@@ -438,9 +477,8 @@ func (s *simulation) advance(w *worker) {
 	}
 	var d float64
 	if w.fwd {
-		need := w.iter - 1
-		if s.o.GlobalBarrier && w.allSynced < need || !s.o.GlobalBarrier && w.synced[w.layer] < need {
-			return // a layer sync will call advance again
+		if w.synced[w.layer] < w.iter-1 {
+			return // opening the gate will call advance again
 		}
 		d = s.fwdS[w.layer]
 	} else {
@@ -454,13 +492,14 @@ func (s *simulation) advance(w *worker) {
 	}
 	w.busy = true
 	w.opStart = s.now
-	s.opStarted(w)
 	s.q.push(s.now+d, evCompute, int32(w.rank))
 }
 
 func (s *simulation) computeDone(w *worker) {
 	w.busy = false
-	s.opDone(w)
+	if w.rank == 0 {
+		s.measure.Compute(w.fwd, w.iter, w.opStart, s.now)
+	}
 	if w.rank == 0 && s.o.Trace != nil {
 		name := fmt.Sprintf("FW %s", s.o.Profile.Layers[w.layer].Name)
 		if !w.fwd {
@@ -473,16 +512,19 @@ func (s *simulation) computeDone(w *worker) {
 		w.layer++
 		if w.layer == L {
 			w.fwdEnds = append(w.fwdEnds, s.now)
-			s.forwardEnded(w, len(w.fwdEnds)-1)
+			if j := len(w.fwdEnds) - 1; w.rank == 0 && j > 0 {
+				s.iterationDone(j - 1)
+			}
 			if w.iter == s.o.Iterations {
 				w.done = true
 				return
 			}
 			w.fwd, w.layer = false, L-1
-			w.unsynced = L
 		}
 	} else {
+		w.stepping = true
 		s.postLayer(w, w.layer)
+		w.stepping = false
 		w.layer--
 		if w.layer < 0 {
 			w.iter++
@@ -492,35 +534,16 @@ func (s *simulation) computeDone(w *worker) {
 	s.advance(w)
 }
 
-// postLayer hands the gradients of layer l of the worker's iteration to the
-// scheduling core.
+// postLayer hands the gradients of layer l of the worker's iteration to its
+// machine, one tensor at a time as the runtime's engine receives them.
 func (s *simulation) postLayer(w *worker, l int) {
-	w.remaining[l] = len(s.layerT[l])
 	for _, t := range s.layerT[l] {
-		task := sched.Task{Iteration: w.iter, Tensor: t, Layer: l, Bytes: s.tensors[t].bytes, ElemBytes: s.o.Profile.BytesPerParam}
 		if s.postedAt != nil && w.rank == 0 {
 			s.postedAt[pieceKey{iter: int32(w.iter), tensor: int32(t)}] = s.now
 		}
-		if s.o.Arch == PS {
-			w.acct.postT[t] = s.now
-			s.check(w.core.Post(task))
-			continue
-		}
-		k := pieceKey{iter: int32(w.iter), tensor: int32(t)}
-		s.posts[k]++
-		if s.posts[k] == 1 {
-			s.sumPostT[t] = 0
-		}
-		s.sumPostT[t] += s.now
-		if s.posts[k] == int32(s.o.Workers) {
-			delete(s.posts, k)
-			s.check(s.leader.Post(task))
-		}
-	}
-	if s.o.Arch == PS {
-		s.drainWorker(w)
-	} else {
-		s.drainLeader()
+		w.postT[t] = s.now
+		s.check(w.m.Post(t, w.iter))
+		s.drain(w)
 	}
 }
 
@@ -530,88 +553,12 @@ func (s *simulation) check(err error) {
 	}
 }
 
-// tensorSynced records that one tensor of iteration it is synchronised on w.
-func (s *simulation) tensorSynced(w *worker, it, tensor int) {
-	l := s.tensors[tensor].layer
-	w.remaining[l]--
-	if w.remaining[l] > 0 {
-		return
-	}
-	w.synced[l] = it
-	w.unsynced--
-	if w.unsynced == 0 {
-		w.allSynced = it
-	}
-	if s.postedAt != nil && w.rank == 0 {
-		_ = s.o.Trace.Instant(fmt.Sprintf("layer %d synced", l), "sync", 1, 0, s.now, nil)
-	}
-	s.advance(w)
-}
-
-// ---- parameter servers ----
-
-// workerCore is what a PS worker needs of the scheduling core.
-type workerCore interface {
-	Post(sched.Task) error
-	Next() (sched.Piece, bool)
-	Done(sched.PieceID) (bool, error)
-	Reconfigure(sched.Config, int) error
-}
-
-func (s *simulation) drainWorker(w *worker) {
-	for {
-		p, ok := w.core.Next()
-		if !ok {
-			return
-		}
-		w.acct.fl.add(s.now, p.Bytes)
-		it := &s.iters[p.Iteration]
-		it.queue += s.now - w.acct.postT[p.Tensor]
-		it.queued++
-		if w.rank == 0 {
-			it.leaderPieces++
-		}
-		if w.rank == 0 && s.o.Workers > 1 {
-			// Tell the followers, one latency later, what the leader started.
-			s.announced = append(s.announced, p)
-			s.q.push(s.now+s.o.LatencyS, evAnnounce, int32(len(s.announced)-1))
-		}
-		plan := s.placementFor(s.epochPartition[p.Epoch])
-		if s.err != nil {
-			return
-		}
-		shards := plan.Pieces[p.Tensor][p.Index]
-		if len(shards) > 1 {
-			w.shardsLeft[p.PieceID] = int32(len(shards))
-		}
-		for i, sh := range shards {
-			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers + sh.Server), worker: int32(w.rank), push: true,
-				bytes: sh.Bytes, piece: p, shard: int32(i)})
-		}
-	}
-}
-
-// placementFor returns the placement of a partitioning (computed once).
-func (s *simulation) placementFor(part int64) *placement.Plan {
-	if pl, ok := s.placement[part]; ok {
-		return pl
-	}
-	sizes := make([]int64, len(s.tensors))
-	for t, ti := range s.tensors {
-		sizes[t] = ti.bytes
-	}
-	pl, err := placement.Place(placement.Inputs{TensorBytes: sizes, ElemBytes: int64(s.o.Profile.BytesPerParam),
-		PartitionBytes: part, ShardBytes: s.o.ShardBytes, Servers: s.o.Servers})
-	s.check(err)
-	if err != nil {
-		pl = &placement.Plan{}
-	}
-	s.placement[part] = pl
-	return pl
-}
+// ---- the wire and parameter servers ----
 
 func (s *simulation) send(m message) {
 	var id int32
+	s.msgSeq++
+	m.seq = s.msgSeq
 	if n := len(s.free); n > 0 {
 		id = s.free[n-1]
 		s.free = s.free[:n-1]
@@ -621,14 +568,14 @@ func (s *simulation) send(m message) {
 		s.msgs = append(s.msgs, m)
 	}
 	h := &s.hosts[m.src]
-	h.queue = append(h.queue, id)
+	h.queue.push(queued{urgency: urgency{prio: m.prio, seq: m.seq}, id: id})
 	if !h.busy {
 		s.sendNext(m.src)
 	}
 }
 
-// sendNext starts the next queued message on host src's egress and books
-// its passage through the receiver's ingress.
+// sendNext starts the most urgent queued message on host src's egress and
+// books its passage through the receiver's ingress.
 //
 // The message's fixed cost (MessageCostS) is charged to the sender's egress
 // only, before its bytes: the egress is busy for cost + bytes/bandwidth and
@@ -645,14 +592,10 @@ func (s *simulation) send(m message) {
 // the next message, as a busy sender does.
 func (s *simulation) sendNext(src int32) {
 	h := &s.hosts[src]
-	if h.busy || h.qhead == len(h.queue) {
-		if h.qhead == len(h.queue) {
-			h.queue, h.qhead = h.queue[:0], 0
-		}
+	if h.busy || h.queue.Len() == 0 {
 		return
 	}
-	id := h.queue[h.qhead]
-	h.qhead++
+	id := h.queue.pop().id
 	m := &s.msgs[id]
 	d := &s.hosts[m.dst]
 	bw := s.o.BandwidthAt(m.piece.Iteration)
@@ -664,10 +607,6 @@ func (s *simulation) sendNext(src int32) {
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
 	d.ingressByte += m.bytes
-	if m.push {
-		s.iters[m.piece.Iteration].sent += float64(m.bytes)
-	}
-	m.egressEnd = egressEnd
 	h.busy = true
 	s.q.push(egressEnd, evEgressFree, src)
 	s.q.push(inEnd, evDeliver, id)
@@ -679,7 +618,8 @@ func (s *simulation) deliver(id int32) {
 	p := m.piece
 	if m.push {
 		// A server sums what it receives by (epoch, key): pieces of
-		// different partitionings never mix.
+		// different partitionings never mix. Once every worker pushed, it
+		// answers each, in rank order, with the push's priority.
 		k := pieceKey{epoch: int32(p.Epoch), iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index), shard: m.shard}
 		if s.pushed != nil {
 			s.pushed(m.dst, k, m.bytes)
@@ -690,28 +630,13 @@ func (s *simulation) deliver(id int32) {
 		}
 		delete(s.arrived, k)
 		for r := 0; r < s.o.Workers; r++ {
-			s.send(message{src: m.dst, dst: int32(r), worker: int32(r), bytes: m.bytes, piece: p, shard: m.shard})
+			s.send(message{src: m.dst, dst: int32(r), worker: int32(r), bytes: m.bytes, piece: p, shard: m.shard, prio: m.prio})
 		}
 		return
 	}
 	w := s.workers[m.worker]
-	if left, sharded := w.shardsLeft[p.PieceID]; sharded {
-		if left > 1 {
-			w.shardsLeft[p.PieceID] = left - 1
-			return
-		}
-		delete(w.shardsLeft, p.PieceID)
-	}
-	taskDone, err := w.core.Done(p.PieceID)
-	s.check(err)
-	w.acct.fl.add(s.now, -p.Bytes)
-	if w.rank == 0 && s.postedAt != nil {
-		s.traceComm(p)
-	}
-	if taskDone {
-		s.tensorSynced(w, p.Iteration, p.Tensor)
-	}
-	s.drainWorker(w)
+	s.check(w.m.Answered(p.PieceID))
+	s.drain(w)
 }
 
 func (s *simulation) traceComm(p sched.Piece) {
@@ -723,36 +648,32 @@ func (s *simulation) traceComm(p sched.Piece) {
 
 // ---- ring all-reduce ----
 
-func (s *simulation) drainLeader() {
-	for {
-		p, ok := s.leader.Next()
-		if !ok {
-			break
-		}
-		s.ringFl.add(s.now, p.Bytes)
-		it := &s.iters[p.Iteration]
-		n := float64(s.o.Workers)
-		it.queue += max(0, n*s.now-s.sumPostT[p.Tensor]) // >= 0 but for rounding
-		it.queued += int64(s.o.Workers)
-		it.leaderPieces++
-		s.ring = append(s.ring, p)
+// ringStarted records that one rank started a ring piece; once every rank
+// did, the piece is ready for the ring (the runtime's ring completes a
+// piece's steps only when every rank has started it).
+func (s *simulation) ringStarted(m proto.Message) {
+	p := m.Piece
+	k := pieceKey{epoch: int32(p.Epoch), iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index)}
+	s.ringStarts[k]++
+	if s.ringStarts[k] < int32(s.o.Workers) {
+		return
 	}
+	delete(s.ringStarts, k)
+	s.ringSeq++
+	s.ringReady.push(ringPiece{urgency: urgency{prio: m.Priority, seq: s.ringSeq}, p: p})
 	s.ringNext()
 }
 
+// ringNext puts the most urgent ready piece on the ring. The ring is one
+// shared pipeline: every worker's links carry 2(N-1)/N of each piece.
 func (s *simulation) ringNext() {
-	if s.ringBusy || s.ringHead == len(s.ring) {
-		if s.ringHead == len(s.ring) {
-			s.ring, s.ringHead = s.ring[:0], 0
-		}
+	if s.ringBusy || s.ringReady.Len() == 0 {
 		return
 	}
-	p := s.ring[s.ringHead]
-	s.ringHead++
+	p := s.ringReady.pop().p
 	n := float64(s.o.Workers)
 	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
-	s.iters[p.Iteration].sent += share * n
 	// Each of the piece's 2(N-1) ring steps is one message per worker, each
 	// charged MessageCostS on its sender, all workers at once: the ring is
 	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
@@ -775,18 +696,10 @@ func (s *simulation) ringNext() {
 func (s *simulation) ringDone(slot int32) {
 	p := s.ringSlots[slot]
 	s.ringFree = append(s.ringFree, slot)
-	taskDone, err := s.leader.Done(p.PieceID)
-	s.check(err)
-	s.ringFl.add(s.now, -p.Bytes)
-	if s.postedAt != nil {
-		s.traceComm(p)
+	for _, w := range s.workers {
+		s.check(w.m.RingDone(p.PieceID))
+		s.drain(w)
 	}
-	if taskDone {
-		for _, w := range s.workers {
-			s.tensorSynced(w, p.Iteration, p.Tensor)
-		}
-	}
-	s.drainLeader()
 }
 
 // ---- results ----
@@ -794,14 +707,11 @@ func (s *simulation) ringDone(slot int32) {
 func (s *simulation) result() *Result {
 	o := s.o
 	r := &Result{Events: s.events, Pieces: s.piecesPerIteration()}
-	for k := 0; k < o.Iterations; k++ {
-		var a, b float64
-		for _, w := range s.workers {
-			a = max(a, w.fwdEnds[k])
-			b = max(b, w.fwdEnds[k+1])
-		}
-		r.IterationTimesS = append(r.IterationTimesS, b-a)
+	var perWorker [][]float64
+	for _, w := range s.workers {
+		perWorker = append(perWorker, stats.Intervals(w.fwdEnds))
 	}
+	r.IterationTimesS = stats.JobIterationTimes(perWorker)
 	r.IterationTimeS = stats.SteadyState(r.IterationTimesS)
 	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
 	r.Bounds = initialBounds(o)
@@ -809,7 +719,7 @@ func (s *simulation) result() *Result {
 	var total float64
 	for k, t := range r.IterationTimesS {
 		total += t
-		r.PiecesPerIteration = append(r.PiecesPerIteration, s.iters[k].leaderPieces)
+		r.PiecesPerIteration = append(r.PiecesPerIteration, s.leaderPieces[k])
 	}
 	r.MeanIterationTimeS = total / float64(o.Iterations)
 	for _, c := range s.configs {

@@ -1,21 +1,23 @@
 package sim
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 )
 
-func toyOptions(t *testing.T, cfg sched.Config, barrier bool) Options {
+func toyOptions(t *testing.T, cfg sched.Config) Options {
 	t.Helper()
 	p, err := model.Get("toy3")
 	if err != nil {
 		t.Fatal(err)
 	}
 	return Options{Profile: p, Arch: PS, Workers: 1, Servers: 1, BandwidthBps: 1e6,
-		Sched: cfg, GlobalBarrier: barrier, Iterations: 10}
+		Sched: cfg, Iterations: 10}
 }
 
 // TestToy3 reproduces ByteScheduler's documented three-layer example exactly:
@@ -23,16 +25,15 @@ func toyOptions(t *testing.T, cfg sched.Config, barrier bool) Options {
 // in flight per direction.
 func TestToy3(t *testing.T) {
 	cases := []struct {
-		name    string
-		cfg     sched.Config
-		barrier bool
-		want    float64
+		name string
+		cfg  sched.Config
+		want float64
 	}{
-		{"fifo", sched.Config{}, true, 13},
-		{"bytescheduler", sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, false, 9},
+		{"fifo", sched.Config{}, 13},
+		{"bytescheduler", sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority}, 9},
 	}
 	for _, c := range cases {
-		r, err := Run(toyOptions(t, c.cfg, c.barrier))
+		r, err := Run(toyOptions(t, c.cfg))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -40,6 +41,39 @@ func TestToy3(t *testing.T) {
 			if math.Abs(it-c.want) > 1e-9 {
 				t.Errorf("%s: iteration %d took %v s, want %v (all: %v)", c.name, k, it, c.want, r.IterationTimesS)
 			}
+		}
+	}
+}
+
+// TestEgressHonoursPriority: a host's egress sends the most urgent queued
+// message next, as the runtime's senders do. Backward takes no time, so
+// layers 2, 1 and 0 are posted at once; layer 2's push is on the wire
+// first, and of the two queued behind it layer 0's leaves before layer
+// 1's under priority order, in production order under fifo.
+func TestEgressHonoursPriority(t *testing.T) {
+	p := &model.Profile{Name: "three", BatchSize: 1, Device: "none", BytesPerParam: 4}
+	for l := range 3 {
+		p.Layers = append(p.Layers, model.Layer{Name: fmt.Sprint("l", l), Tensors: []model.Tensor{{Name: fmt.Sprint("t", l), Params: 250_000}}})
+	}
+	for _, c := range []struct {
+		cfg  sched.Config
+		want []int32
+	}{
+		{sched.Config{Order: sched.OrderPriority}, []int32{2, 0, 1}},
+		{sched.Config{}, []int32{2, 1, 0}},
+	} {
+		o := Options{Profile: p, Arch: PS, Workers: 1, Servers: 1, BandwidthBps: 1e6, Sched: c.cfg, Iterations: 1}
+		s, err := newSimulation(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int32
+		s.pushed = func(_ int32, k pieceKey, _ int64) { got = append(got, k.tensor) }
+		if _, err := s.run(); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%v: pushes arrived in tensor order %v, want %v", c.cfg.Order, got, c.want)
 		}
 	}
 }

@@ -3,14 +3,14 @@ package sim
 // Reconfiguration while a run goes on, and the per-iteration statistics a
 // tuner sees.
 //
-// After iteration k completes (the last worker ends forward k+1) the
-// simulator computes k's tune.Stats from its events and hands them to
+// After iteration k completes on the leader (rank 0 ends forward k+1) the
+// simulator computes k's tune.Stats from the leader's events with
+// stats.Collector, as the runtime's leader does, and hands them to
 // Options.Tuner. A proposal must apply from iteration k+tune.Lead or later:
 // by then some workers may already have posted gradients of k+1, which keep
-// the partitioning they were cut with. The simulator applies an accepted
-// proposal at once through Reconfigure on every core that schedules (the PS
-// leader and every follower, or the all-reduce leader), so the change takes
-// effect on each at its first task of the stated iteration. Every piece
+// the partitioning they were cut with (proto.Schedule is the rule). The
+// leader's machine accepts the change as its next epoch and announces it to
+// the followers one latency later, as the runtime's leader does. Every piece
 // carries the leader's epoch, and a parameter server keys what it sums by
 // (epoch, iteration, tensor, piece, shard) and places pieces by the epoch's
 // partition size, so pieces of different partitionings never mix.
@@ -18,6 +18,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 )
@@ -25,55 +26,6 @@ import (
 // ConfigChange is a scheduling configuration in force from FromIteration
 // (until the next change).
 type ConfigChange = tune.ConfigChange
-
-// flight integrates a scheduling core's bytes in flight over time.
-type flight struct {
-	t      float64 // last update
-	bytes  int64   // in flight now
-	active float64 // total time with bytes in flight
-	area   float64 // integral of the bytes in flight over time
-}
-
-// at brings the integrals up to now.
-func (f *flight) at(now float64) {
-	if f.bytes > 0 {
-		dt := now - f.t
-		f.active += dt
-		f.area += float64(f.bytes) * dt
-	}
-	f.t = now
-}
-
-func (f *flight) add(now float64, b int64) {
-	f.at(now)
-	f.bytes += b
-}
-
-// acct is a worker's measurements of its current iteration span (from the
-// end of its last forward pass).
-type acct struct {
-	fl        *flight // the worker's core, or the all-reduce leader
-	opMark    float64 // fl.active when the current compute step started
-	overlap   float64 // compute time with bytes in flight, this span
-	spanStart float64
-	active0   float64 // fl.active at spanStart
-	area0     float64 // fl.area at spanStart
-	// postT[t] is when tensor t's latest gradient was posted here.
-	postT []float64
-}
-
-// iterAcct sums the measurements of one iteration over workers.
-type iterAcct struct {
-	fwd, bwd     float64 // compute of forward k (for span k-1) and backward k
-	sent         float64 // bytes sent by workers for k's gradients
-	queue        float64 // queueing delays of k's pieces
-	queued       int64   // pieces counted in queue
-	comm         float64 // time with pieces in flight, span k
-	overlap      float64
-	area, span   float64
-	ended        int // workers that ended forward k
-	leaderPieces int // pieces of k the leader started
-}
 
 // jobContext is the part of tune.Stats that is constant over a run.
 func (s *simulation) jobContext() tune.Stats {
@@ -90,71 +42,17 @@ func (s *simulation) jobContext() tune.Stats {
 	return st
 }
 
-// opStarted notes that w starts a compute step now.
-func (s *simulation) opStarted(w *worker) {
-	w.acct.fl.at(s.now)
-	w.acct.opMark = w.acct.fl.active
-}
-
-// opDone accounts the compute step w just finished (before its phase
-// advances: w.fwd and w.iter still describe the step).
-func (s *simulation) opDone(w *worker) {
-	a := &w.acct
-	a.fl.at(s.now)
-	a.overlap += a.fl.active - a.opMark
-	if w.fwd {
-		s.iters[w.iter].fwd += s.now - w.opStart
-	} else {
-		s.iters[w.iter].bwd += s.now - w.opStart
-	}
-}
-
-// forwardEnded closes w's span of the previous iteration when w ended
-// forward pass j (j = len(w.fwdEnds)-1) and, once every worker did,
-// completes iteration j-1.
-func (s *simulation) forwardEnded(w *worker, j int) {
-	a := &w.acct
-	a.fl.at(s.now)
-	if j > 0 {
-		it := &s.iters[j-1]
-		it.comm += a.fl.active - a.active0
-		it.overlap += a.overlap
-		it.area += a.fl.area - a.area0
-		it.span += s.now - a.spanStart
-	}
-	a.overlap, a.spanStart, a.active0, a.area0 = 0, s.now, a.fl.active, a.fl.area
-	s.iters[j].ended++
-	if j > 0 && s.iters[j].ended == s.o.Workers {
-		s.iterationDone(j - 1)
-	}
-}
-
-// iterationDone computes iteration k's statistics, now that the last
-// worker ended forward k+1, and consults the tuner.
+// iterationDone computes iteration k's statistics, now that the leader
+// ended forward k+1, from what the leader's stats.Collector measured (the
+// runtime's leader measures with the same collector), and consults the
+// tuner.
 func (s *simulation) iterationDone(k int) {
-	var a float64
-	for _, w := range s.workers {
-		a = max(a, w.fwdEnds[k])
-	}
-	n := float64(s.o.Workers)
-	it, next := &s.iters[k], &s.iters[k+1]
+	leader := s.workers[0]
+	m := s.measure.IterationEnded(k, s.now-leader.fwdEnds[k], s.now)
 	st := s.context
-	st.Iteration = k
-	st.IterationTimeS = s.now - a
-	st.ForwardS, st.BackwardS = next.fwd/n, it.bwd/n
+	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationS, m.ForwardS, m.BackwardS
+	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
 	st.BandwidthBps = s.o.BandwidthAt(k)
-	if st.IterationTimeS > 0 {
-		st.GoodputBps = it.sent / n / st.IterationTimeS
-	}
-	if it.queued > 0 {
-		st.QueueDelayS = it.queue / float64(it.queued)
-	}
-	if it.comm > 0 {
-		st.Overlap = it.overlap / it.comm
-	}
-	if it.span > 0 {
-		st.InFlightBytes = it.area / it.span
-	}
 	st.Config = s.configAt(k)
 	s.stats = append(s.stats, st)
 	if s.o.Tuner == nil {
@@ -165,34 +63,22 @@ func (s *simulation) iterationDone(k int) {
 	}
 }
 
-// reconfigure applies a tuner's proposal made after iteration k.
+// reconfigure hands a tuner's proposal made after iteration k to the
+// leader's machine, under the one rule for proposals (proto.Schedule); the
+// leader announces the new epoch to the followers as the runtime's does.
 func (s *simulation) reconfigure(p tune.Proposal, k int) {
-	name := s.o.Tuner.Name()
-	if earliest := k + tune.Lead; p.FromIteration < earliest {
-		s.check(fmt.Errorf("tuner %s proposed a configuration from iteration %d after iteration %d: too late, it must apply from iteration %d or later",
-			name, p.FromIteration, k, earliest))
+	ch, err := proto.Schedule(s.configs, p, k, s.o.Tuner.Name())
+	if err != nil {
+		s.check(err)
 		return
 	}
-	if last := s.configs[len(s.configs)-1].FromIteration; p.FromIteration <= last {
-		s.check(fmt.Errorf("tuner %s proposed a configuration from iteration %d after iteration %d: it must come after the change from iteration %d",
-			name, p.FromIteration, k, last))
+	leader := s.workers[0]
+	if _, err := leader.m.Reconfigure(ch.Config, ch.FromIteration); err != nil {
+		s.check(err)
 		return
 	}
-	if err := p.Config.Validate(); err != nil {
-		s.check(fmt.Errorf("tuner %s proposed an invalid configuration from iteration %d: %w", name, p.FromIteration, err))
-		return
-	}
-	if s.o.Arch == AllReduce {
-		s.check(s.leader.Reconfigure(p.Config, p.FromIteration))
-	} else {
-		for _, w := range s.workers {
-			s.check(w.core.Reconfigure(p.Config, p.FromIteration))
-		}
-	}
-	// Each applied change increments the leader's epoch, in order of
-	// FromIteration: epoch e is the e-th change.
-	s.epochPartition = append(s.epochPartition, p.Config.PartitionBytes)
-	s.configs = append(s.configs, ConfigChange{FromIteration: p.FromIteration, Config: p.Config})
+	s.drain(leader)
+	s.configs = append(s.configs, ch)
 }
 
 // configAt is the configuration in force for iteration k's tasks.

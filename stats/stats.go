@@ -33,3 +33,22 @@ func Intervals(forwardEnds []float64) []float64 {
 	}
 	return out
 }
+
+// JobIterationTimes are a job's iteration times from each worker's own
+// (Intervals of its forward ends, on its own clock): iteration k takes as
+// long as the slowest worker's iteration k. Workers' clocks need not agree,
+// so the runtime measures it as the simulator does. A worker with fewer
+// intervals than the others counts for the iterations it has.
+func JobIterationTimes(perWorker [][]float64) []float64 {
+	n := 0
+	for _, w := range perWorker {
+		n = max(n, len(w))
+	}
+	out := make([]float64, n)
+	for _, w := range perWorker {
+		for k, t := range w {
+			out[k] = max(out[k], t)
+		}
+	}
+	return out
+}

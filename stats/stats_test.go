@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -38,5 +39,34 @@ func TestIntervals(t *testing.T) {
 	}
 	if len(Intervals([]float64{1})) != 0 {
 		t.Error("one forward end gives no interval")
+	}
+}
+
+func TestJobIterationTimes(t *testing.T) {
+	got := JobIterationTimes([][]float64{{1, 5, 2}, {3, 4}, {}})
+	if want := []float64{3, 5, 2}; !slices.Equal(got, want) {
+		t.Errorf("JobIterationTimes = %v, want %v (the slowest worker's, per iteration)", got, want)
+	}
+	if got := JobIterationTimes(nil); len(got) != 0 {
+		t.Errorf("no workers: %v", got)
+	}
+}
+
+// TestCollectorByHand: backward 0 runs [0, 1] and posts a 100-byte piece at
+// 1 that starts at 1.5 and is done at 4; forward 1 computes [3, 5] and ends
+// iteration 0 at 5. The span is [0, 5], communication [1.5, 4] (2.5 s), of
+// which [3, 4] overlaps compute: overlap 0.4, 100 B x 2.5 s / 5 s = 50 B in
+// flight, queueing 0.5 s, goodput 100 B x 0.5 (a ring share) / 5 s.
+func TestCollectorByHand(t *testing.T) {
+	c := NewCollector(0.5)
+	c.Compute(false, 0, 0, 1)
+	c.PieceStarted(0, 100, 1, 1.5, 100)
+	c.PieceDone(4, 0)
+	c.Compute(true, 1, 3, 5) // reported at its end, after the piece finished
+	got := c.IterationEnded(0, 5, 5)
+	want := Iteration{Iteration: 0, IterationS: 5, ForwardS: 2, BackwardS: 1, SentBytes: 50, GoodputBps: 10,
+		QueueDelayS: 0.5, Overlap: 0.4, InFlightBytes: 50, CommS: 2.5, Pieces: 1}
+	if got != want {
+		t.Errorf("measured %+v\nwant     %+v", got, want)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 // ByteScheduler's auto-tuner as released: one-shot Bayesian optimisation of
 // the credit size (and, for all-reduce, the partition size), then frozen.
-// See docs REFERENCE.md §2 and BO's doc comment for the exact sequence.
+// BO's doc comment gives the exact sequence.
 
 // ByteScheduler's tuning box, in elements (it tunes "million parameters"),
 // and the element size that turns it into bytes (fp32 gradients).
@@ -79,7 +79,7 @@ type BOTrial struct {
 }
 
 // BO is ByteScheduler's one-shot Bayesian-optimisation auto-tuner, as
-// released (REFERENCE.md §2; bytescheduler/common/tuner.py and search.py):
+// released (its bytescheduler/common/tuner.py and search.py):
 //
 //   - The box is credit 1–16 M elements on parameter servers (4–64 MB) or
 //     4–64 M elements for all-reduce (16–256 MB), and, for all-reduce only,

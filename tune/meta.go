@@ -73,7 +73,7 @@ const metaMaxRel = 16
 // ReferenceTimeS is the reference of the target MetaTargetReference and of
 // the feature log_time_over_reference:
 // the largest of the compute time (forward + backward) and the link bounds
-// that follow from the statistics alone (REFERENCE.md §5): S/B per worker
+// that follow from the statistics alone (docs/design.md, lower bounds): S/B per worker
 // and N·S/(M·B) per server for parameter servers, 2(N-1)/N·S/B for ring
 // all-reduce. It is a lower bound on the iteration time that needs no model
 // profile (sim.LowerBounds' fluid bound needs the per-layer profile, which a

@@ -17,40 +17,41 @@ import (
 
 // Stats are one iteration's runtime statistics, as a tuner sees them.
 //
-// Iteration k spans, on each worker, from the end of forward pass k to the
-// end of forward pass k+1: backward k, the communication of k's gradients
-// and the gated forward k+1. Per-worker quantities are measured over each
-// worker's own span and averaged over workers as stated per field.
+// They are the leader's (rank 0's) measurements, in the simulator as in the
+// runtime, where only rank 0 tunes: iteration k spans, on rank 0, from the
+// end of its forward pass k to the end of its forward pass k+1 (backward k,
+// the communication of k's gradients and the gated forward k+1), and the
+// tuner sees them right after that forward pass.
 type Stats struct {
 	// Iteration is the iteration these statistics describe.
 	Iteration int `json:"iteration"`
-	// IterationTimeS is the job's iteration time: from the end of forward
-	// k to the end of forward k+1 on the slowest worker.
+	// IterationTimeS is rank 0's span of iteration k: from the end of its
+	// forward k to the end of its forward k+1 (in a synchronous job every
+	// worker's span is the job's iteration time, up to the spread of the
+	// workers' ends).
 	IterationTimeS float64 `json:"iteration_time_s"`
 	// ForwardS and BackwardS are the compute time of forward k+1 and
-	// backward k (time spent computing, not waiting at gates), mean over
-	// workers.
+	// backward k (time spent computing, not waiting at gates).
 	ForwardS  float64 `json:"forward_s"`
 	BackwardS float64 `json:"backward_s"`
 	// BandwidthBps is the link rate per direction in force for the
 	// iteration's communication (configured, or measured by the runtime),
 	// in bytes/s.
 	BandwidthBps float64 `json:"bandwidth_bps"`
-	// GoodputBps is the bytes each worker sent for the iteration's
-	// gradients (pushes on parameter servers, its share of the ring for
-	// all-reduce), mean over workers, divided by IterationTimeS.
+	// GoodputBps is the bytes rank 0 sent for the iteration's gradients
+	// (pushes on parameter servers, its share of the ring for all-reduce),
+	// divided by IterationTimeS.
 	GoodputBps float64 `json:"goodput_bps"`
 	// QueueDelayS is the mean time a piece of the iteration waited between
-	// its gradient being ready on a worker and its start there (credit and
-	// order), over every piece on every worker.
+	// its gradient being ready on rank 0 and its start there (credit and
+	// order).
 	QueueDelayS float64 `json:"queue_delay_s"`
 	// Overlap is the fraction of communication time that overlapped with
-	// compute: communication time is when the worker had at least one
-	// piece in flight (started, not done), summed over workers; 0 when
-	// nothing was communicated.
+	// compute: communication time is when rank 0 had at least one piece
+	// in flight (started, not done); 0 when nothing was communicated.
 	Overlap float64 `json:"overlap"`
-	// InFlightBytes is the mean of the bytes in flight (started, not
-	// done), time-weighted over the workers' spans.
+	// InFlightBytes is the mean of rank 0's bytes in flight (started, not
+	// done), time-weighted over its span.
 	InFlightBytes float64 `json:"in_flight_bytes"`
 	// RoundTripS is the round-trip time of a message between two hosts
 	// without queueing (twice the one-way latency), as configured or

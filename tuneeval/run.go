@@ -321,7 +321,7 @@ func cost(s Scenario) int {
 func runTuner(name string, so sim.Options, boTrial, boDelay int) (*sim.Result, error) {
 	switch name {
 	case Fifo:
-		so.Sched, so.GlobalBarrier = sched.Config{}, true
+		so.Sched = sched.Config{} // fifo: production order and a global barrier
 	case ByteScheduler:
 	case BO:
 		bo, err := tune.NewBO(tune.BOOptions{Arch: so.Arch.String(), Base: so.Sched, TrialIterations: boTrial, ApplyDelay: boDelay, Seed: 1})

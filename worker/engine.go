@@ -1,13 +1,15 @@
 // Package worker is the per-worker runtime: gradients come in as "ready"
-// events, go through the scheduling core (package sched) and the transport
-// to parameter servers or around an all-reduce ring, come back as exact
-// sums, and open per-layer gates for the next forward pass.
+// events, go through the protocol machine and the transport to parameter
+// servers or around an all-reduce ring, come back as exact sums, and open
+// per-layer gates for the next forward pass.
 //
-// It owns the worker's side of the protocols (push and answer; the
-// leader's order announcements and configuration epochs) and the gates. It
-// knows nothing of models' compute, Python or process launch: callers hand
-// it tensors and float32 gradients, and it calls them back when a tensor's
-// sum is in place.
+// It is the I/O shell around the worker's protocol machine (package proto),
+// which decides everything: what starts when, in which priority, on which
+// server, which epoch applies, which gate opens. The engine owns what the
+// machine must not know: goroutines, connections, frames, clocks and the
+// gradient data. It knows nothing of models' compute, Python or process
+// launch: callers hand it tensors and float32 gradients, and it calls them
+// back when a tensor's sum is in place.
 package worker
 
 import (
@@ -21,17 +23,17 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
-	"github.com/autobyte/autobyte/placement"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
 
 // Arch is the aggregation architecture.
-type Arch int
+type Arch = proto.Arch
 
 const (
-	PS Arch = iota
-	AllReduce
+	PS        = proto.PS
+	AllReduce = proto.AllReduce
 )
 
 // Tensor is one gradient tensor the engine synchronises.
@@ -39,8 +41,21 @@ type Tensor struct {
 	Name string
 	// Layer is the tensor's layer in forward order (0 first).
 	Layer int
-	// Elems is its number of float32 elements.
+	// Elems is its number of elements.
 	Elems int
+	// ElemBytes is the size of one element on the wire (the dtype's
+	// width); 0 means 4. The engine's data path carries float32 only, so
+	// any other width is refused until it carries 16-bit data.
+	ElemBytes int
+}
+
+// wireBytes is t's size on the wire.
+func (t Tensor) wireBytes() int64 {
+	e := t.ElemBytes
+	if e == 0 {
+		e = 4
+	}
+	return int64(e) * int64(t.Elems)
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
@@ -77,7 +92,10 @@ type Config struct {
 	// Observer, if set, is told about every piece (and, by Replay, every
 	// compute step and iteration): timelines and metrics.
 	Observer Observer
-	Logger   *slog.Logger
+	// Decisions, if set, records the machine's decisions (conformance
+	// tests compare them with the simulator's).
+	Decisions *proto.DecisionLog
+	Logger    *slog.Logger
 }
 
 // Observer receives what a worker does, for timelines and metrics. Its
@@ -89,17 +107,11 @@ type Observer interface {
 	Iteration(k int, d time.Duration)
 }
 
-// startedPiece is an in-flight piece as the observer needs it.
-type startedPiece struct {
-	piece sched.Piece
-	at    time.Time
-}
-
 // Engine runs one worker's communication. Create with New, then Start.
 type Engine struct {
 	cfg    Config
 	log    *slog.Logger
-	core   core
+	m      *proto.Worker // the loop's only
 	events chan event
 	ctx    context.Context
 	cancel context.CancelCauseFunc
@@ -114,35 +126,14 @@ type Engine struct {
 	gradsMu sync.RWMutex
 	grads   map[taskKey][]float32
 
-	// Loop-only state.
-	plans map[int64]*placement.Plan
-	// epochs[e] is the configuration of epoch e: the initial one, then
-	// every change rank 0 accepted, in the order it accepted them (the
-	// order its core numbers them in, and the order followers learn them).
-	epochs []sched.Config
-	// A follower's posts and last change, to keep its core's rules when
-	// it learns a change late (see followReconfigure).
-	posted, changed     bool
-	maxPosted, lastFrom int
-
-	shardsLeft map[sched.PieceID]int
-	layerLeft  map[int][]int // iteration -> tensors left per layer
-	seq        uint64
 	// postedAt and started feed the observer (only when there is one).
 	postedAt map[taskKey]time.Time
-	started  map[sched.PieceID]startedPiece
+	started  map[sched.PieceID]time.Time
 
 	gateMu sync.Mutex
 	gate   *sync.Cond
 	synced []int // synced[l] = last iteration whose layer l is in place
 	failed error
-}
-
-type core interface {
-	Post(sched.Task) error
-	Next() (sched.Piece, bool)
-	Done(sched.PieceID) (bool, error)
-	InFlightBytes() int64
 }
 
 type taskKey struct{ iter, tensor int }
@@ -184,46 +175,29 @@ func New(cfg Config) (*Engine, error) {
 	case cfg.Rank > 0 && cfg.Leader == nil:
 		return nil, fmt.Errorf("worker: rank %d needs a control connection to rank 0", cfg.Rank)
 	}
+	pc := proto.Config{Rank: cfg.Rank, Workers: cfg.Workers, Arch: cfg.Arch, Sched: cfg.Sched,
+		Servers: len(cfg.Servers), ShardBytes: cfg.ShardBytes}
 	for i, t := range cfg.Tensors {
 		if t.Elems < 1 || t.Layer < 0 {
 			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
 		}
+		if t.ElemBytes != 0 && t.ElemBytes != 4 {
+			return nil, fmt.Errorf("worker: tensor %d %q: %d-byte elements, but the engine carries float32 (4-byte) gradients only", i, t.Name, t.ElemBytes)
+		}
+		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: t.wireBytes(), ElemBytes: 4})
 	}
-	if err := cfg.Sched.Validate(); err != nil {
-		return nil, err
+	m, err := proto.New(pc)
+	if err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
 	}
-	e := &Engine{cfg: cfg, log: cfg.Logger, events: make(chan event, 1024), grads: map[taskKey][]float32{},
-		plans: map[int64]*placement.Plan{}, epochs: []sched.Config{cfg.Sched},
-		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{},
-		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]startedPiece{}}
+	e := &Engine{cfg: cfg, log: cfg.Logger, m: m, events: make(chan event, 1024), grads: map[taskKey][]float32{},
+		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]time.Time{}}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
-	var err error
-	if cfg.Rank == 0 {
-		e.core, err = sched.New(cfg.Sched)
-	} else {
-		e.core, err = sched.NewFollower(cfg.Sched)
-	}
-	if err != nil {
-		return nil, err
-	}
-	layers := 0
-	for _, t := range cfg.Tensors {
-		layers = max(layers, t.Layer+1)
-	}
-	e.synced = make([]int, layers)
+	e.synced = make([]int, m.Layers())
 	for l := range e.synced {
 		e.synced[l] = -1
-	}
-	has := make([]bool, layers)
-	for _, t := range cfg.Tensors {
-		has[t.Layer] = true
-	}
-	for l, ok := range has {
-		if !ok {
-			return nil, fmt.Errorf("worker: layer %d has no tensors (layers must be numbered 0..%d without gaps)", l, layers-1)
-		}
 	}
 	e.gate = sync.NewCond(&e.gateMu)
 	e.ctx, e.cancel = context.WithCancelCause(context.Background())
@@ -295,7 +269,7 @@ func (e *Engine) Post(tensor, iteration int, grad []float32) error {
 // be called from any goroutine once Start was called, and returns when the
 // change is accepted and announced (or refused).
 //
-// Rank 0 hands the change to its scheduling core through the engine's
+// Rank 0 hands the change to its protocol machine through the engine's
 // loop, which numbers it as the next configuration epoch, and announces it
 // to every follower on the control connection before any piece of the
 // epoch can start, so a follower always knows an epoch's partition size
@@ -418,212 +392,160 @@ func (e *Engine) loop() {
 				e.fail(err)
 				return
 			}
-			if err := e.dispatch(); err != nil {
-				e.fail(err)
-				return
-			}
 		}
 	}
 }
 
+// handle hands one event to the machine and carries out its effects.
 func (e *Engine) handle(ev event) error {
+	var err error
 	switch ev.kind {
 	case evPost:
-		t := e.cfg.Tensors[ev.task.tensor]
 		e.gradsMu.Lock()
 		e.grads[ev.task] = ev.grad
 		e.gradsMu.Unlock()
 		if e.cfg.Observer != nil {
 			e.postedAt[ev.task] = time.Now()
 		}
-		if _, ok := e.layerLeft[ev.task.iter]; !ok {
-			left := make([]int, len(e.synced))
-			for _, t := range e.cfg.Tensors {
-				left[t.Layer]++
-			}
-			e.layerLeft[ev.task.iter] = left
-		}
-		if err := e.core.Post(sched.Task{Iteration: ev.task.iter, Tensor: ev.task.tensor, Layer: t.Layer, Bytes: 4 * int64(t.Elems), ElemBytes: 4}); err != nil {
-			return err
-		}
-		e.posted, e.maxPosted = true, ev.task.iter
+		err = e.m.Post(ev.task.tensor, ev.task.iter)
 	case evAnnounce:
-		if err := e.checkAnnounced(ev.piece); err != nil {
-			return err
-		}
-		e.core.(*sched.Follower).Announce(ev.piece)
+		err = e.m.Announced(ev.piece)
 	case evReconfigure:
 		if e.cfg.Rank != 0 {
-			return e.followReconfigure(ev.reconf)
+			err = e.m.EpochAnnounced(proto.Epoch{Number: ev.reconf.Epoch, From: ev.reconf.From, Config: ev.reconf.Config})
+			break
 		}
-		err, fatal := e.leadReconfigure(ev.reconf.Config, ev.reconf.From)
-		ev.reply <- err
-		return fatal
+		_, rerr := e.m.Reconfigure(ev.reconf.Config, ev.reconf.From)
+		// Announcing the epoch happens below, before any piece of it; an
+		// error there ends the engine, and Reconfigure reports it.
+		if cerr := e.carryOut(); cerr != nil {
+			ev.reply <- cerr
+			return cerr
+		}
+		ev.reply <- rerr
+		return nil
 	case evShard:
-		if n := e.shardsLeft[ev.piece.PieceID]; n > 1 {
-			e.shardsLeft[ev.piece.PieceID] = n - 1
-			return nil
-		}
-		delete(e.shardsLeft, ev.piece.PieceID)
-		return e.pieceDone(ev.piece.PieceID)
+		err = e.m.Answered(ev.piece.PieceID)
 	case evPieceDone:
 		if ev.err != nil {
 			return ev.err
 		}
-		return e.pieceDone(ev.piece.PieceID)
+		err = e.m.RingDone(ev.piece.PieceID)
 	}
-	return nil
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	return e.carryOut()
 }
 
-func (e *Engine) pieceDone(id sched.PieceID) error {
-	taskDone, err := e.core.Done(id)
-	if err != nil {
-		return err
-	}
-	k := taskKey{iter: id.Iteration, tensor: id.Tensor}
-	if obs := e.cfg.Observer; obs != nil {
-		sp := e.started[id]
-		delete(e.started, id)
-		obs.PieceDone(sp.piece, sp.at, time.Now(), e.core.InFlightBytes())
-		if taskDone {
-			delete(e.postedAt, k)
-		}
-	}
-	if !taskDone {
+// carryOut performs the machine's effects: messages in order, then the
+// observer's calls, the sums in place and the gates.
+func (e *Engine) carryOut() error {
+	rd := e.m.Ready()
+	if rd.Empty() {
 		return nil
 	}
-	e.gradsMu.Lock()
-	delete(e.grads, k)
-	e.gradsMu.Unlock()
-	if e.cfg.OnDone != nil {
-		e.cfg.OnDone(id.Tensor, id.Iteration)
-	}
-	l := e.cfg.Tensors[id.Tensor].Layer
-	left := e.layerLeft[id.Iteration]
-	left[l]--
-	if left[l] == 0 {
-		e.gateMu.Lock()
-		e.synced[l] = max(e.synced[l], id.Iteration)
-		e.gateMu.Unlock()
-		e.gate.Broadcast()
-	}
-	done := true
-	for _, n := range left {
-		done = done && n == 0
-	}
-	if done {
-		delete(e.layerLeft, id.Iteration)
-	}
-	return nil
-}
-
-// priority orders frames in the transports' send queues: production order
-// for fifo, (layer, tensor, piece) otherwise, as the piece's epoch says.
-func (e *Engine) priority(p sched.Piece) uint64 {
-	if e.epochs[p.Epoch].Order == sched.OrderFIFO {
-		e.seq++
-		return e.seq
-	}
-	return uint64(p.Layer)<<44 | uint64(p.Tensor&0xFFFFF)<<24 | uint64(p.Index&0xFFFFFF)
-}
-
-// dispatch starts every piece the core admits.
-func (e *Engine) dispatch() error {
-	for {
-		p, ok := e.core.Next()
-		if !ok {
-			return nil
-		}
-		if e.cfg.Rank == 0 {
-			for _, c := range e.cfg.Followers {
-				if err := c.Send(announceFrame(p)); err != nil {
-					return fmt.Errorf("worker: announcing to rank %d: %w", c.PeerRank(), err)
-				}
-			}
-		}
-		k := taskKey{iter: p.Iteration, tensor: p.Tensor}
-		e.gradsMu.RLock()
-		grad := e.grads[k]
-		e.gradsMu.RUnlock()
-		prio := e.priority(p)
-		if obs := e.cfg.Observer; obs != nil {
-			now := time.Now()
-			e.started[p.PieceID] = startedPiece{piece: p, at: now}
-			obs.PieceStarted(p, e.postedAt[k], now, e.core.InFlightBytes())
-		}
-		if e.cfg.Arch == AllReduce {
-			data := grad[p.Offset/4 : (p.Offset+p.Bytes)/4]
-			if e.cfg.Workers == 1 {
-				if err := e.pieceDone(p.PieceID); err != nil {
-					return err
-				}
-				continue
-			}
-			e.cfg.Ring.Start(p, prio, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
-			continue
-		}
-		if err := e.push(p, prio, grad); err != nil {
+	e.cfg.Decisions.Record(e.cfg.Rank, &rd)
+	for _, msg := range rd.Messages {
+		if err := e.sendMessage(msg); err != nil {
 			return err
 		}
 	}
+	for _, ep := range rd.Epochs {
+		e.log.Debug("worker: configuration epoch", "rank", e.cfg.Rank, "epoch", ep.Number, "from", ep.From, "partition", ep.Config.PartitionBytes, "credit", ep.Config.CreditBytes)
+	}
+	if obs := e.cfg.Observer; obs != nil {
+		now := time.Now()
+		for _, s := range rd.Started {
+			e.started[s.Piece.PieceID] = now
+			obs.PieceStarted(s.Piece, e.postedAt[taskKey{iter: s.Piece.Iteration, tensor: s.Piece.Tensor}], now, s.InFlightBytes)
+		}
+		for _, f := range rd.Finished {
+			obs.PieceDone(f.Piece, e.started[f.Piece.PieceID], now, f.InFlightBytes)
+			delete(e.started, f.Piece.PieceID)
+		}
+	}
+	for _, s := range rd.Synced {
+		k := taskKey{iter: s.Iteration, tensor: s.Tensor}
+		e.gradsMu.Lock()
+		delete(e.grads, k)
+		e.gradsMu.Unlock()
+		delete(e.postedAt, k)
+		if e.cfg.OnDone != nil {
+			e.cfg.OnDone(s.Tensor, s.Iteration)
+		}
+	}
+	if len(rd.Opened) > 0 {
+		e.gateMu.Lock()
+		for _, g := range rd.Opened {
+			e.synced[g.Layer] = max(e.synced[g.Layer], g.Iteration)
+		}
+		e.gateMu.Unlock()
+		e.gate.Broadcast()
+	}
+	return nil
 }
 
-func (e *Engine) plan(epoch int) (*placement.Plan, error) {
-	if epoch < 0 || epoch >= len(e.epochs) {
-		return nil, fmt.Errorf("worker %d: piece of configuration epoch %d, but epochs here are 0..%d", e.cfg.Rank, epoch, len(e.epochs)-1)
-	}
-	part := e.epochs[epoch].PartitionBytes
-	if pl, ok := e.plans[part]; ok {
-		return pl, nil
-	}
-	sizes := make([]int64, len(e.cfg.Tensors))
-	for i, t := range e.cfg.Tensors {
-		sizes[i] = 4 * int64(t.Elems)
-	}
-	pl, err := placement.Place(placement.Inputs{TensorBytes: sizes, ElemBytes: 4, PartitionBytes: part,
-		ShardBytes: e.cfg.ShardBytes, Servers: len(e.cfg.Servers)})
-	if err != nil {
-		return nil, err
-	}
-	e.plans[part] = pl
-	return pl, nil
-}
-
-func (e *Engine) push(p sched.Piece, prio uint64, grad []float32) error {
-	pl, err := e.plan(p.Epoch)
-	if err != nil {
-		return err
-	}
-	shards := pl.Pieces[p.Tensor][p.Index]
-	if len(shards) > 1 {
-		e.shardsLeft[p.PieceID] = len(shards)
-	}
-	for i, sh := range shards {
-		// The gradient itself goes out where it is already in wire format:
-		// its sum only arrives (and overwrites it) after every worker's push
-		// was written, ours included.
-		src := grad[sh.Offset/4 : (sh.Offset+sh.Bytes)/4]
-		payload, zeroCopy := transport.WireBytes(src)
-		if !zeroCopy {
-			payload = getPayload(int(sh.Bytes))
-			transport.PutFloat32s(payload, src)
-		}
-		h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
-			Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(i),
-			Priority: prio, Offset: uint64(sh.Offset), Length: uint32(sh.Bytes)}
-		c := e.cfg.Servers[sh.Server]
-		var done func(error)
-		if !zeroCopy {
-			done = func(error) { putPayload(payload) }
-		}
-		if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, done); err != nil {
-			return fmt.Errorf("worker: push to server %d: %w", sh.Server, err)
-		}
-		if e.cfg.PullMode {
-			h.Kind, h.Length = transport.KindPull, 0
-			if err := c.Send(transport.Frame{Header: h}); err != nil {
-				return fmt.Errorf("worker: pull from server %d: %w", sh.Server, err)
+// sendMessage sends one of the machine's messages.
+func (e *Engine) sendMessage(m proto.Message) error {
+	switch m.Kind {
+	case proto.Announce:
+		for _, c := range e.cfg.Followers {
+			if err := c.Send(announceFrame(m.Piece)); err != nil {
+				return fmt.Errorf("worker: announcing to rank %d: %w", c.PeerRank(), err)
 			}
+		}
+	case proto.AnnounceEpoch:
+		r := cluster.Reconfiguration{Epoch: m.Epoch.Number, From: m.Epoch.From, Config: m.Epoch.Config}
+		for _, c := range e.cfg.Followers {
+			if err := c.Send(cluster.ReconfigureFrame(r)); err != nil {
+				return fmt.Errorf("worker 0: announcing configuration epoch %d (from iteration %d) to rank %d: %w", r.Epoch, r.From, c.PeerRank(), err)
+			}
+		}
+	case proto.RingStart:
+		p := m.Piece
+		data := e.grad(p.Iteration, p.Tensor)[p.Offset/4 : (p.Offset+p.Bytes)/4]
+		e.cfg.Ring.Start(p, m.Priority, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
+	case proto.Push:
+		return e.push(m)
+	}
+	return nil
+}
+
+func (e *Engine) grad(iteration, tensor int) []float32 {
+	e.gradsMu.RLock()
+	defer e.gradsMu.RUnlock()
+	return e.grads[taskKey{iter: iteration, tensor: tensor}]
+}
+
+// push sends one shard of a piece to its server (and its pull, in pull
+// mode).
+func (e *Engine) push(m proto.Message) error {
+	p := m.Piece
+	// The gradient itself goes out where it is already in wire format: its
+	// sum only arrives (and overwrites it) after every worker's push was
+	// written, ours included.
+	src := e.grad(p.Iteration, p.Tensor)[m.Offset/4 : (m.Offset+m.Bytes)/4]
+	payload, zeroCopy := transport.WireBytes(src)
+	if !zeroCopy {
+		payload = getPayload(int(m.Bytes))
+		transport.PutFloat32s(payload, src)
+	}
+	h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
+		Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(m.Shard),
+		Priority: m.Priority, Offset: uint64(m.Offset), Length: uint32(m.Bytes)}
+	c := e.cfg.Servers[m.Server]
+	var done func(error)
+	if !zeroCopy {
+		done = func(error) { putPayload(payload) }
+	}
+	if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, done); err != nil {
+		return fmt.Errorf("worker: push to server %d: %w", m.Server, err)
+	}
+	if e.cfg.PullMode {
+		h.Kind, h.Length = transport.KindPull, 0
+		if err := c.Send(transport.Frame{Header: h}); err != nil {
+			return fmt.Errorf("worker: pull from server %d: %w", m.Server, err)
 		}
 	}
 	return nil

@@ -20,7 +20,7 @@ import (
 // bigTensors are large enough for partitions of 1 KB to 100 KB to matter:
 // the largest is cut into 59 pieces at 4 KB, 3 at 100 KB, 1 whole.
 var bigTensors = []Tensor{
-	{"l0.w", 0, 30000}, {"l0.b", 0, 37}, {"l1.w", 1, 5000}, {"l2.w", 2, 60001}, {"l2.b", 2, 3},
+	{"l0.w", 0, 30000, 0}, {"l0.b", 0, 37, 0}, {"l1.w", 1, 5000, 0}, {"l2.w", 2, 60001, 0}, {"l2.b", 2, 3, 0},
 }
 
 // change is a Reconfigure call rank 0 makes right after posting every

@@ -224,7 +224,7 @@ func TestTensorsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Tensor{{"conv.w", 0, 300}, {"conv.b", 0, 7}, {"fc.w", 1, 1000}}
+	want := []Tensor{{"conv.w", 0, 300, 0}, {"conv.b", 0, 7, 0}, {"fc.w", 1, 1000, 0}}
 	if !slices.Equal(got, want) {
 		t.Errorf("TensorsOf = %v, want %v", got, want)
 	}

@@ -509,16 +509,11 @@ func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchRes
 	rep := launchReport{Model: o.Profile.Name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
 		ComputeScale: f.computeScale, Scheduler: f.scheduler, PartitionBytes: o.Sched.PartitionBytes,
 		CreditBytes: o.Sched.CreditBytes, Iterations: o.Iterations, WallS: r.wall.Seconds(), Verified: f.iterations > 0}
-	// Iteration k ends when the slowest worker ends forward k+1.
-	for k := 0; k < spec.Iterations; k++ {
-		var worst float64
-		for _, w := range r.workers {
-			if k < len(w.IterationTimesS) {
-				worst = max(worst, w.IterationTimesS[k])
-			}
-		}
-		rep.IterationTimesS = append(rep.IterationTimesS, worst)
+	var perWorker [][]float64
+	for _, w := range r.workers {
+		perWorker = append(perWorker, w.IterationTimesS)
 	}
+	rep.IterationTimesS = stats.JobIterationTimes(perWorker)
 	for _, w := range r.workers {
 		rep.BytesSent += w.BytesSent
 		rep.CheckedElements += w.Checked

@@ -176,9 +176,9 @@ func (f *scenarioFlags) loadProfile() (*model.Profile, error) {
 	return p.Scaled(f.computeScale), nil
 }
 
-// schedConfig returns the core configuration and whether the forward pass
-// keeps the framework's global barrier.
-func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Config, bool, error) {
+// schedConfig returns the core configuration (fifo's global barrier comes
+// with its order: proto.Epoch.Barrier).
+func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Config, error) {
 	var adm sched.Admission
 	switch f.admission {
 	case "positive":
@@ -186,21 +186,21 @@ func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Co
 	case "strict":
 		adm = sched.AdmitStrict
 	default:
-		return sched.Config{}, false, fmt.Errorf("unknown --admission %q (want positive or strict)", f.admission)
+		return sched.Config{}, fmt.Errorf("unknown --admission %q (want positive or strict)", f.admission)
 	}
 	tuned := cmd.Flags().Changed("partition") || cmd.Flags().Changed("credit")
 	switch f.scheduler {
 	case "fifo", "priority":
 		if tuned {
-			return sched.Config{}, false, fmt.Errorf("--partition and --credit apply to --scheduler bytescheduler, not %q", f.scheduler)
+			return sched.Config{}, fmt.Errorf("--partition and --credit apply to --scheduler bytescheduler, not %q", f.scheduler)
 		}
 		if f.scheduler == "fifo" {
-			return sched.Config{Order: sched.OrderFIFO, Admission: adm}, true, nil
+			return sched.Config{Order: sched.OrderFIFO, Admission: adm}, nil
 		}
-		return sched.Config{Order: sched.OrderPriority, Admission: adm}, false, nil
+		return sched.Config{Order: sched.OrderPriority, Admission: adm}, nil
 	case "bytescheduler":
 	default:
-		return sched.Config{}, false, fmt.Errorf("unknown --scheduler %q (want fifo, priority or bytescheduler)", f.scheduler)
+		return sched.Config{}, fmt.Errorf("unknown --scheduler %q (want fifo, priority or bytescheduler)", f.scheduler)
 	}
 	part, credit := int64(psPartitionBytes), int64(psCreditBytes)
 	if arch == sim.AllReduce {
@@ -209,15 +209,15 @@ func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Co
 	var err error
 	if f.partition != "" {
 		if part, err = units.ParseBytes(f.partition); err != nil {
-			return sched.Config{}, false, fmt.Errorf("--partition: %w", err)
+			return sched.Config{}, fmt.Errorf("--partition: %w", err)
 		}
 	}
 	if f.credit != "" {
 		if credit, err = units.ParseBytes(f.credit); err != nil {
-			return sched.Config{}, false, fmt.Errorf("--credit: %w", err)
+			return sched.Config{}, fmt.Errorf("--credit: %w", err)
 		}
 	}
-	return sched.Config{PartitionBytes: part, CreditBytes: credit, Order: sched.OrderPriority, Admission: adm}, false, nil
+	return sched.Config{PartitionBytes: part, CreditBytes: credit, Order: sched.OrderPriority, Admission: adm}, nil
 }
 
 // options turns the flags into simulator options.
@@ -265,7 +265,7 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, fmt.Errorf("--shard: %w", err)
 		}
 	}
-	cfg, barrier, err := f.schedConfig(cmd, arch)
+	cfg, err := f.schedConfig(cmd, arch)
 	if err != nil {
 		return o, err
 	}
@@ -276,7 +276,7 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
-		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg, GlobalBarrier: barrier,
+		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
 		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
 	if err := f.dynamics(&o); err != nil {
 		return o, err

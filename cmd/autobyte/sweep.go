@@ -195,7 +195,6 @@ func runSweep(scenarios []sim.Options, parts, creds []int64, progress io.Writer)
 	var jobs []sweepJob
 	for i, base := range scenarios {
 		fifo, prio, def := base, base, base
-		fifo.GlobalBarrier = true
 		prio.Sched = sched.Config{Order: sched.OrderPriority}
 		def.Sched = sched.Config{PartitionBytes: psPartitionBytes, CreditBytes: psCreditBytes, Order: sched.OrderPriority}
 		if base.Arch == sim.AllReduce {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Testbed fidelity at nominal tc rates: runs a replay job on the testbed
+# (each process in its own network namespace, tc shaping every host to RATE
+# both ways) ROUNDS times per scheduler, fifo and bytescheduler alternating,
+# and compares each median steady-state iteration time with `autobyte sim`
+# given the same flags (the nominal rate, no correction).
+#
+#   sudo scripts/testbed-fidelity.sh [MODEL] [RATE] [WORKERS] [SERVERS] [ITERATIONS] [COMPUTE_SCALE] [ROUNDS] [SIM_FLAGS...]
+#
+# SIM_FLAGS are passed to the simulator only (e.g. --message-cost 20us), to
+# test a model of the machine against the same measurements.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:-alexnet} rate=${2:-1Gbps} workers=${3:-4} servers=${4:-2} iters=${5:-10} scale=${6:-4} rounds=${7:-3}
+shift $(( $# < 7 ? $# : 7 ))
+simflags=("$@")
+ab=${AUTOBYTE_BIN:-/tmp/autobyte-fidelity}
+if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
+declare -A runs
+for r in $(seq "$rounds"); do
+  for s in fifo bytescheduler; do
+    out=$("$ab" launch --testbed abfid --model "$model" --workers "$workers" --servers "$servers" \
+        --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --scheduler "$s" --json 2>/dev/null)
+    read -r m v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
+    if [ "$v" != "True" ]; then echo "round $r $s: sums not verified" >&2; exit 1; fi
+    runs[$s]="${runs[$s]:-} $m"
+    echo "round $r $s: $m s" >&2
+  done
+done
+printf "%-14s %10s %10s %8s  %s\n" scheduler measured_s simulated_s diff rounds
+for s in fifo bytescheduler; do
+  med=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[$s]})
+  p=$("$ab" sim --model "$model" --workers "$workers" --servers "$servers" --bandwidth "$rate" \
+      --iterations "$iters" --compute-scale "$scale" --scheduler "$s" "${simflags[@]}" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_time_s"])')
+  printf "%-14s %10.3f %10.3f %+7.1f%%  %s\n" "$s" "$med" "$p" "$(awk -v a="$med" -v b="$p" 'BEGIN{print 100*(a/b-1)}')" "${runs[$s]}"
+done
