@@ -21,7 +21,7 @@ import torch
 import dp_worker
 from helpers import Compare, run_ok, tmp, worst
 
-NAMES = [n for n in dp_worker.OPTIMIZERS if n != "nesterov"]
+NAMES = list(dp_worker.OPTIMIZERS)
 HAVE = [n for n in NAMES if hasattr(torch.optim, dp_worker.OPTIMIZERS[n][0])]
 ARGS = ["--model", "smooth", "--groups", "--scheduler", "--iterations", "8", "--batch", "8", "--optimizer", ",".join(HAVE)]
 _runs = {}
@@ -39,19 +39,20 @@ def runs(test):
 class Optimizers(unittest.TestCase, Compare):
     def check(self, name):
         cls_name = dp_worker.OPTIMIZERS[name][0]
+        label = cls_name + (" (Nesterov)" if name == "nesterov" else "")
         if name not in HAVE:
             self.skipTest("torch %s has no torch.optim.%s" % (torch.__version__, cls_name))
         impls = dp_worker.implementations(getattr(torch.optim, cls_name))
         lacking = [i for i in ("foreach", "fused") if i not in impls]
-        print("\n  %s: groups use %s%s" % (cls_name, ", ".join(impls), "; torch %s offers no %s %s on the CPU" % (
+        print("\n  %s: groups use %s%s" % (label, ", ".join(impls), "; torch %s offers no %s %s on the CPU" % (
             torch.__version__, " or ".join(lacking), cls_name) if lacking else ""), file=sys.stderr)
         r = runs(self)
         got = torch.load("%s.%s" % (r["autobyte"], name))
         want = torch.load("%s.%s" % (r["ddp"], name))
-        self.assertMoved(want, "DDP " + cls_name)
-        self.assertSameTraining(got, want, "autobyte %s vs DDP" % cls_name)
+        self.assertMoved(want, "DDP " + label)
+        self.assertSameTraining(got, want, "autobyte %s vs DDP" % label)
         wl, wp, wk = worst(got, want)
-        print("  %s: autobyte vs DDP: losses %.1e, parameters %.1e (%s)" % (cls_name, wl, wp, wk), file=sys.stderr)
+        print("  %s: autobyte vs DDP: losses %.1e, parameters %.1e (%s)" % (label, wl, wp, wk), file=sys.stderr)
 
 
 for _name in NAMES:

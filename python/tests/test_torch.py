@@ -4,6 +4,7 @@ Multi-worker runs go through the real launcher (helpers.launch): parameter
 servers and workers are separate processes on loopback TCP.
 """
 
+import copy
 import os
 import subprocess
 import sys
@@ -51,9 +52,6 @@ class SameMath(unittest.TestCase, Compare):
 
     def test_sgd_momentum_allreduce(self):
         self.check("sgd", ["--arch", "allreduce", "--partition", "8KB", "--credit", "32KB"])
-
-    def test_nesterov_ps(self):
-        self.check("nesterov", ["--servers", "1"])
 
     def test_adam_ps(self):
         self.check("adam", ["--servers", "2", "--partition", "4KB", "--credit", "16KB"], ddp=True)
@@ -254,6 +252,74 @@ class Errors(unittest.TestCase):
             {"partition_bytes": 32000000, "credit_bytes": 64000000, "from_step": 0}]})
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
+
+
+class OneProcess(unittest.TestCase):
+    """With one worker the plugin's update is torch's own, so accumulation
+    and checkpoints must equal plain torch's bit for bit (the multi-worker
+    versions against DDP are in test_accumulate.py and test_checkpoint.py)."""
+
+    def tearDown(self):
+        ab.shutdown()
+
+    def model(self):
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+    def test_accumulation(self):
+        for how in ("no_sync", "passes"):
+            m1, m2 = self.model(), self.model()
+            o1 = ab.DistributedOptimizer(torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9), m1,
+                                         backward_passes_per_step=3 if how == "passes" else 1)
+            o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+            g = torch.Generator().manual_seed(3)
+            for _ in range(4):
+                xs = [torch.randn(5, 4, generator=g) for _ in range(3)]
+                for m, o, local in ((m1, o1, o1.no_sync if how == "no_sync" else None), (m2, o2, None)):
+                    o.zero_grad()
+                    for i, x in enumerate(xs):
+                        if local is not None and i < 2:
+                            with local():
+                                m(x).pow(2).sum().backward()
+                        else:
+                            m(x).pow(2).sum().backward()
+                    o.step()
+            sd1 = m1.state_dict()  # applies the last step's update
+            for (n, a), b in zip(sd1.items(), m2.state_dict().values()):
+                self.assertTrue(torch.equal(a, b), "%s, %s: %s vs %s" % (how, n, a, b))
+            ab.shutdown()
+
+    def test_state_dict_and_load_mid_run(self):
+        m1, m2 = self.model(), self.model()
+        o1 = ab.DistributedOptimizer(torch.optim.Adam(m1.parameters(), lr=0.01), m1)
+        o2 = torch.optim.Adam(m2.parameters(), lr=0.01)
+        g = torch.Generator().manual_seed(4)
+
+        def train(m, o, x):
+            o.zero_grad()
+            m(x).pow(2).sum().backward()
+            o.step()
+
+        for _ in range(3):
+            x = torch.randn(5, 4, generator=g)
+            train(m1, o1, x)
+            train(m2, o2, x)
+        # Right after step(): the update is pending, state_dict() applies it.
+        saved_m = {k: v.clone() for k, v in m1.state_dict().items()}
+        saved_o = copy.deepcopy(o1.state_dict())  # as writing it to disk would: the state's tensors are the live ones
+        for a, b in zip(saved_m.values(), m2.state_dict().values()):
+            self.assertTrue(torch.equal(a, b))
+        x = torch.randn(5, 4, generator=g)
+        train(m1, o1, x)  # a step to throw away
+        m1.load_state_dict(saved_m)
+        o1.load_state_dict(saved_o)
+        for _ in range(2):
+            x = torch.randn(5, 4, generator=g)
+            train(m1, o1, x)
+            train(m2, o2, x)
+        o1.synchronize()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), "%s after resuming: %s vs %s" % (n, a, b))
 
 
 class Timelines(unittest.TestCase):

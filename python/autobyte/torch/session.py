@@ -45,6 +45,7 @@ class Session:
         self.passes_per_step = backward_passes_per_step
         L = self.layout = Layout(model, optimizer)
         self.params, self.names = L.params, L.names
+        self.updates = LayerUpdates(optimizer, L)  # before the engine: nothing to close if it fails
 
         # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
         trace = settings.get("AUTOBYTE_TRACE") or os.environ.get("AUTOBYTE_TRACE")
@@ -59,7 +60,6 @@ class Session:
 
         self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
         self.buf = [f[:-1].view(p.shape) for f, p in zip(self.flat, self.params)]
-        self.updates = LayerUpdates(optimizer, L)
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
