@@ -10,7 +10,9 @@
 // partitioning), the countdown of a sharded piece's answers, the per-layer
 // gates and the global barrier of fifo, the leader's announcements to its
 // followers (of pieces, parameter servers and ring alike, and of epochs),
-// and the rule for when a tuner's proposal may apply (Schedule).
+// and the rule for when a tuner's proposal may apply (Schedule). On the
+// server side, ShardSum decides the order a shard's pushes are summed in
+// (rank order), when it is complete and the order its answers go out.
 //
 // In the style of etcd's raft package, events go in as method calls (a
 // gradient was posted, an announcement or an answer arrived, a ring piece

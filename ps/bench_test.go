@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/transport"
 )
 
@@ -79,7 +80,8 @@ func BenchmarkSum(b *testing.B) {
 				for r := range recv {
 					copy(recv[r], sent[r])
 				}
-				a := &accum{pushed: make([]bool, workers)}
+				sum, _ := proto.NewShardSum(workers) // workers >= 1
+				a := &accum{order: sum}
 				start := time.Now()
 				for _, r := range order {
 					s.take(a, r, recv[r])

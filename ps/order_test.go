@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/transport"
 )
 
@@ -119,12 +120,16 @@ func firstDiff(got, want []float32) int {
 // one would sum garbage.
 func pushAll(t *testing.T, s *Server, vals [][]float32, order []int, unaligned bool) (sum []float32, peak int64) {
 	t.Helper()
-	a := &accum{pushed: make([]bool, len(vals))}
+	shard, err := proto.NewShardSum(len(vals))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &accum{order: shard}
 	bufs := make([][]byte, len(vals))
 	for _, r := range order {
 		bufs[r] = encode(vals[r], unaligned)
 		kept := s.take(a, r, bufs[r])
-		if wantKept := r == 0 || a.next <= r; !s.arrivalOrder && kept != wantKept {
+		if wantKept := r == 0 || a.order.Next() <= r; !s.arrivalOrder && kept != wantKept {
 			t.Fatalf("%d workers, order %v: take of rank %d reported kept=%v, want %v", len(vals), order, r, kept, wantKept)
 		}
 		if !kept {

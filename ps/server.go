@@ -27,6 +27,7 @@ import (
 	"sync/atomic"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/transport"
 )
 
@@ -57,15 +58,15 @@ type pieceKey struct {
 // accum is one piece being summed.
 type accum struct {
 	mu sync.Mutex
-	// sum holds g0 + ... + g(next-1), added in rank order; next is the
-	// rank whose push is added next.
-	sum  []float32
-	next int
-	// held are pushes of ranks above next, by rank, received before a
-	// lower rank's; nil until one arrives early.
+	// order is the shard's protocol (proto.ShardSum): which pushes to add
+	// when, rank order, and completion.
+	order *proto.ShardSum
+	// sum holds the pushes added so far; added counts them.
+	sum   []float32
+	added int
+	// held are pushes received before a lower rank's, by rank; nil until
+	// one arrives early.
 	held [][]byte
-	// pushes counts the pushes received, summed or held.
-	pushes int
 	// hdr is the first push's header: the others must match its size and
 	// offset, and the answer carries its priority.
 	hdr transport.Header
@@ -78,8 +79,6 @@ type accum struct {
 	waiting []*transport.Conn
 	// answered counts the answers sent; the piece is forgotten at Workers.
 	answered int
-	// pushed marks the workers that pushed, to refuse a second push.
-	pushed []bool
 	// written counts the answers the connections finished writing.
 	written atomic.Int32
 }
@@ -215,7 +214,11 @@ func (s *Server) lookup(h transport.Header) (*accum, error) {
 	}
 	a, ok := s.accs[k]
 	if !ok {
-		a = &accum{hdr: h, pushed: make([]bool, s.o.Workers)}
+		order, err := proto.NewShardSum(s.o.Workers)
+		if err != nil {
+			return nil, err
+		}
+		a = &accum{hdr: h, order: order}
 		s.accs[k] = a
 	}
 	return a, nil
@@ -252,13 +255,13 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	r := c.PeerRank()
-	if r < 0 || r >= len(a.pushed) {
+	if r < 0 || r >= s.o.Workers {
 		return false, fmt.Errorf("ps: push from worker %d, outside the %d workers", r, s.o.Workers)
 	}
-	if a.pushed[r] {
+	if a.order.Pushed(r) {
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
 	}
-	if a.pushes == 0 {
+	if a.order.Count() == 0 {
 		a.hdr = f.Header
 	} else if f.Length != a.hdr.Length || f.Offset != a.hdr.Offset {
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
@@ -277,48 +280,45 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	return kept, nil
 }
 
-// take records rank r's checked push b into a (a.mu held) and, with the
-// last push, encodes the sum into a.result and marks a complete. It
-// reports whether a kept b.
+// take records rank r's checked push b into a (a.mu held) and adds what
+// the shard's protocol (proto.ShardSum) says is due: in rank order, b and
+// the held pushes that follow it, or nothing while a lower rank is missing
+// (b is held). With the last push it encodes the sum into a.result and
+// marks a complete. It reports whether a kept b.
 func (s *Server) take(a *accum, r int, b []byte) (kept bool) {
-	a.pushed[r] = true
-	a.pushes++
-	kept = s.add(a, r, b)
-	if a.pushes == s.o.Workers {
+	from, to, complete, _ := a.order.Push(r) // r was checked: in range, first push
+	switch {
+	case s.arrivalOrder:
+		kept = a.added == 0
+		s.addPush(a, b)
+		complete = a.added == s.o.Workers
+	case from == to:
+		if a.held == nil {
+			a.held = make([][]byte, s.o.Workers)
+		}
+		a.held[r] = b
+		raise(&s.heldPeak, s.held.Add(int64(len(b))))
+		kept = true
+	default:
+		kept = from == 0
+		s.addPush(a, b)
+		for q := from + 1; q < to; q++ {
+			h := a.held[q]
+			a.held[q] = nil
+			s.addPush(a, h)
+			s.held.Add(-int64(len(h)))
+			if cap(h) > 0 {
+				putBuf(h[:cap(h)])
+			}
+		}
+	}
+	if complete {
 		if !a.inPlace {
 			transport.PutFloat32s(a.result, a.sum)
 			putSum(a.sum)
 		}
 		a.sum = nil
 		a.complete = true
-	}
-	return kept
-}
-
-// add takes rank r's push b into a (a.mu held): into the sum if every
-// lower rank is in it, then with any held pushes that follow; held
-// otherwise. It reports whether a kept b.
-func (s *Server) add(a *accum, r int, b []byte) (kept bool) {
-	if r != a.next && !s.arrivalOrder {
-		if a.held == nil {
-			a.held = make([][]byte, s.o.Workers)
-		}
-		a.held[r] = b
-		raise(&s.heldPeak, s.held.Add(int64(len(b))))
-		return true
-	}
-	kept = a.next == 0
-	s.sumNext(a, b)
-	// Every rank above next that pushed is held (an empty push's buffer
-	// may be nil, so pushed says which).
-	for a.held != nil && a.next < len(a.held) && a.pushed[a.next] {
-		h := a.held[a.next]
-		a.held[a.next] = nil
-		s.sumNext(a, h)
-		s.held.Add(-int64(len(h)))
-		if cap(h) > 0 {
-			putBuf(h[:cap(h)])
-		}
 	}
 	return kept
 }
@@ -333,12 +333,12 @@ func raise(peak *atomic.Int64, n int64) {
 	}
 }
 
-// sumNext adds b, the push of rank a.next, into a's sum (a.mu held). The
-// first one's buffer carries the sum back: where it can be viewed as
-// float32s the sum accumulates in it directly (no decode, no encode),
-// otherwise in a pooled accumulator.
-func (s *Server) sumNext(a *accum, b []byte) {
-	if a.next == 0 {
+// addPush adds b, the next push in summation order, into a's sum (a.mu
+// held). The first one's buffer carries the sum back: where it can be
+// viewed as float32s the sum accumulates in it directly (no decode, no
+// encode), otherwise in a pooled accumulator.
+func (s *Server) addPush(a *accum, b []byte) {
+	if a.added == 0 {
 		if view, ok := transport.FloatView(b); ok {
 			a.sum, a.inPlace = view, true
 		} else {
@@ -349,7 +349,7 @@ func (s *Server) sumNext(a *accum, b []byte) {
 	} else {
 		transport.AddFloat32s(a.sum, b)
 	}
-	a.next++
+	a.added++
 }
 
 func (s *Server) pull(c *transport.Conn, h transport.Header) error {

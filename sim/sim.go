@@ -272,8 +272,8 @@ type simulation struct {
 	// ctl are the leader's announcements (pieces and epochs) on their way
 	// to the followers; the queue empties whenever the last one arrives.
 	ctl []proto.Message
-	// arrived counts the pushes a server received of each shard.
-	arrived map[pieceKey]int32
+	// arrived is the protocol state of each shard a server is summing.
+	arrived map[pieceKey]*proto.ShardSum
 	// all-reduce state: ringStarts counts the ranks that started a piece;
 	// ringReady holds the pieces every rank started, most urgent first.
 	ringStarts map[pieceKey]int32
@@ -331,7 +331,7 @@ func (s *simulation) run() (*Result, error) {
 
 func newSimulation(o Options) (*simulation, error) {
 	p := o.Profile
-	s := &simulation{o: o, arrived: map[pieceKey]int32{}, ringStarts: map[pieceKey]int32{},
+	s := &simulation{o: o, arrived: map[pieceKey]*proto.ShardSum{}, ringStarts: map[pieceKey]int32{},
 		leaderPieces: make([]int, o.Iterations+1), configs: []ConfigChange{{Config: o.Sched}}}
 	share := 1.0
 	if n := float64(o.Workers); o.Arch == AllReduce {
@@ -618,14 +618,22 @@ func (s *simulation) deliver(id int32) {
 	p := m.piece
 	if m.push {
 		// A server sums what it receives by (epoch, key): pieces of
-		// different partitionings never mix. Once every worker pushed, it
-		// answers each, in rank order, with the push's priority.
+		// different partitionings never mix. It follows the shard's
+		// protocol (proto.ShardSum), as the runtime's server does: once
+		// every worker pushed, it answers each, in rank order, with the
+		// push's priority.
 		k := pieceKey{epoch: int32(p.Epoch), iter: int32(p.Iteration), tensor: int32(p.Tensor), index: int32(p.Index), shard: m.shard}
 		if s.pushed != nil {
 			s.pushed(m.dst, k, m.bytes)
 		}
-		s.arrived[k]++
-		if s.arrived[k] < int32(s.o.Workers) {
+		shard := s.arrived[k]
+		if shard == nil {
+			shard, _ = proto.NewShardSum(s.o.Workers) // Workers >= 1: validated
+			s.arrived[k] = shard
+		}
+		_, _, complete, err := shard.Push(int(m.worker))
+		if err != nil || !complete {
+			s.check(err)
 			return
 		}
 		delete(s.arrived, k)
