@@ -31,25 +31,7 @@ type ConfigChange = tune.ConfigChange
 // StatsContext is the part of tune.Stats that is constant over a run: the
 // job's model and cluster.
 func StatsContext(spec Spec) tune.Stats {
-	st := tune.Stats{Workers: spec.Workers, Servers: spec.Servers, Arch: "ps"}
-	if spec.Arch == worker.AllReduce {
-		st.Servers, st.Arch = 0, "allreduce"
-	}
-	if spec.Profile == nil {
-		return st
-	}
-	st.ModelBytes = spec.Profile.TotalBytes()
-	var largest int64
-	for _, l := range spec.Profile.Layers {
-		for _, t := range l.Tensors {
-			st.Tensors++
-			largest = max(largest, t.Params*int64(spec.Profile.BytesPerParam))
-		}
-	}
-	if st.Tensors > 0 && st.ModelBytes > 0 {
-		st.SizeSkew = float64(largest) / (float64(st.ModelBytes) / float64(st.Tensors))
-	}
-	return st
+	return tune.JobContext(spec.Profile, spec.Arch.String(), spec.Workers, spec.Servers)
 }
 
 // Measurement is what a StatsCollector measured of one iteration: the
@@ -90,8 +72,7 @@ type StatsCollector struct {
 func NewStatsCollector(arch worker.Arch, workers int, next worker.Observer, onStats func(Measurement)) *StatsCollector {
 	share := 1.0
 	if arch == worker.AllReduce {
-		n := float64(workers)
-		share = 2 * (n - 1) / n
+		share = stats.RingShare(workers)
 	}
 	return &StatsCollector{Next: next, OnStats: onStats, now: time.Now, c: stats.NewCollector(share)}
 }

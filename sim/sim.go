@@ -334,8 +334,8 @@ func newSimulation(o Options) (*simulation, error) {
 	s := &simulation{o: o, arrived: map[pieceKey]*proto.ShardSum{}, ringStarts: map[pieceKey]int32{},
 		leaderPieces: make([]int, o.Iterations+1), configs: []ConfigChange{{Config: o.Sched}}}
 	share := 1.0
-	if n := float64(o.Workers); o.Arch == AllReduce {
-		share = 2 * (n - 1) / n
+	if o.Arch == AllReduce {
+		share = stats.RingShare(o.Workers)
 	}
 	s.measure = stats.NewCollector(share)
 	var tensors []proto.Tensor
@@ -375,7 +375,8 @@ func newSimulation(o Options) (*simulation, error) {
 		}
 		s.workers = append(s.workers, w)
 	}
-	s.context = s.jobContext()
+	s.context = tune.JobContext(o.Profile, o.Arch.String(), o.Workers, o.Servers)
+	s.context.RoundTripS = 2 * o.LatencyS
 	if o.Trace != nil {
 		s.postedAt = map[pieceKey]float64{}
 	}
@@ -680,7 +681,7 @@ func (s *simulation) ringNext() {
 	}
 	p := s.ringReady.pop().p
 	n := float64(s.o.Workers)
-	share := 2 * (n - 1) / n * float64(p.Bytes) // bytes each worker sends and receives
+	share := stats.RingShare(s.o.Workers) * float64(p.Bytes) // bytes each worker sends and receives
 	s.ringBytes += share
 	// Each of the piece's 2(N-1) ring steps is one message per worker, each
 	// charged MessageCostS on its sender, all workers at once: the ring is

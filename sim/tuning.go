@@ -27,21 +27,6 @@ import (
 // (until the next change).
 type ConfigChange = tune.ConfigChange
 
-// jobContext is the part of tune.Stats that is constant over a run.
-func (s *simulation) jobContext() tune.Stats {
-	o := s.o
-	st := tune.Stats{ModelBytes: o.Profile.TotalBytes(), Tensors: len(s.tensors), Workers: o.Workers,
-		Servers: o.Servers, Arch: o.Arch.String(), RoundTripS: 2 * o.LatencyS}
-	var largest int64
-	for _, t := range s.tensors {
-		largest = max(largest, t.bytes)
-	}
-	if n := len(s.tensors); n > 0 && st.ModelBytes > 0 {
-		st.SizeSkew = float64(largest) / (float64(st.ModelBytes) / float64(n))
-	}
-	return st
-}
-
 // iterationDone computes iteration k's statistics, now that the leader
 // ended forward k+1, from what the leader's stats.Collector measured (the
 // runtime's leader measures with the same collector), and consults the

@@ -51,6 +51,13 @@ type iterSums struct {
 	pieces   int
 }
 
+// RingShare is the fraction of a piece's bytes each of a ring's workers
+// sends (and receives) in a ring all-reduce: 2(N-1)/N.
+func RingShare(workers int) float64 {
+	n := float64(workers)
+	return 2 * (n - 1) / n
+}
+
 // Iteration is what a Collector measured of one iteration.
 type Iteration struct {
 	Iteration              int

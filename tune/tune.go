@@ -12,6 +12,7 @@
 package tune
 
 import (
+	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 )
 
@@ -89,6 +90,32 @@ type Proposal struct {
 type ConfigChange struct {
 	FromIteration int          `json:"from_iteration"`
 	Config        sched.Config `json:"config"`
+}
+
+// JobContext is the part of Stats that is constant over a run: the model's
+// gradient bytes, tensor count and size skew (largest tensor over the mean),
+// and the cluster. The simulator and the runtime both take it from here. An
+// all-reduce job has no servers; a nil profile leaves the model's fields 0.
+func JobContext(p *model.Profile, arch string, workers, servers int) Stats {
+	st := Stats{Workers: workers, Servers: servers, Arch: arch}
+	if arch == "allreduce" {
+		st.Servers = 0
+	}
+	if p == nil {
+		return st
+	}
+	st.ModelBytes = p.TotalBytes()
+	var largest int64
+	for _, l := range p.Layers {
+		for _, t := range l.Tensors {
+			st.Tensors++
+			largest = max(largest, t.Params*int64(p.BytesPerParam))
+		}
+	}
+	if st.Tensors > 0 && st.ModelBytes > 0 {
+		st.SizeSkew = float64(largest) / (float64(st.ModelBytes) / float64(st.Tensors))
+	}
+	return st
 }
 
 // ConfigAt is the configuration in force for iteration k's tasks, given a
