@@ -220,12 +220,8 @@ type Worker struct {
 	// seq numbers the pieces started, the priority of fifo's production
 	// order (followers start the leader's pieces in its order, so every
 	// worker numbers them alike).
-	seq uint64
-	// A follower's posting, to apply a late epoch's credit as the core's
-	// rules allow (see EpochAnnounced).
-	posted, changed     bool
-	maxPosted, lastFrom int
-	ready               Ready
+	seq   uint64
+	ready Ready
 }
 
 // New checks cfg and returns its machine.
@@ -340,7 +336,6 @@ func (w *Worker) Post(tensor, iteration int) error {
 	if _, ok := w.layerLeft[iteration]; !ok {
 		w.layerLeft[iteration] = append([]int(nil), w.perLayer...)
 	}
-	w.posted, w.maxPosted = true, iteration
 	return w.dispatch()
 }
 
@@ -396,17 +391,9 @@ func (w *Worker) EpochAnnounced(e Epoch) error {
 	if e.Number != len(w.epochs) {
 		return fmt.Errorf("proto: worker %d: rank 0 announced configuration epoch %d (from iteration %d), but the next epoch here is %d", w.cfg.Rank, e.Number, e.From, len(w.epochs))
 	}
-	from := e.From
-	if w.posted && from <= w.maxPosted {
-		from = w.maxPosted + 1
-	}
-	if w.changed && from <= w.lastFrom {
-		from = w.lastFrom + 1
-	}
-	if err := w.follower.Reconfigure(e.Config, from); err != nil {
+	if _, err := w.follower.Follow(e.Config, e.From); err != nil {
 		return fmt.Errorf("proto: worker %d: configuration epoch %d from iteration %d: %w", w.cfg.Rank, e.Number, e.From, err)
 	}
-	w.changed, w.lastFrom = true, from
 	w.epochs = append(w.epochs, e)
 	w.ready.Epochs = append(w.ready.Epochs, e)
 	return nil

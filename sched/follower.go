@@ -37,6 +37,17 @@ func (f *Follower) Reconfigure(cfg Config, from int) error {
 	return f.schedule(cfg, from)
 }
 
+// Follow is Reconfigure for a change the leader decided from iteration
+// from, which this follower may learn late: if it already posted from (it
+// runs ahead of the leader) or has a later change pending, the new credit
+// window applies from the earliest iteration it still can. Credit is each
+// worker's own business, and the partitioning follows the leader's pieces
+// anyway. It returns the iteration the change applies from here.
+func (f *Follower) Follow(cfg Config, from int) (int, error) {
+	from = max(from, f.earliestFrom())
+	return from, f.schedule(cfg, from)
+}
+
 // Announce tells the follower that the leader started piece p.
 func (f *Follower) Announce(p Piece) {
 	f.announced = append(f.announced, p)

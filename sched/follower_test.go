@@ -549,3 +549,31 @@ func TestIndependentSchedulersCanDeadlock(t *testing.T) {
 	}
 	t.Fatal("independent schedulers never deadlocked; the deadlock check would not catch one")
 }
+
+// TestFollowLate: a change the follower learns after posting its
+// iteration applies from its next one, and after a change still pending.
+func TestFollowLate(t *testing.T) {
+	f, err := NewFollower(Config{CreditBytes: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{CreditBytes: 16}
+	if from, err := f.Follow(cfg, 0); err != nil || from != 0 {
+		t.Fatalf("before any post: from %d, %v; want 0", from, err)
+	}
+	if err := f.Post(Task{Iteration: 3, Tensor: 0, Bytes: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if from, err := f.Follow(cfg, 2); err != nil || from != 4 {
+		t.Errorf("from 2 after posting 3: applies from %d, %v; want 4", from, err)
+	}
+	if from, err := f.Follow(cfg, 4); err != nil || from != 5 {
+		t.Errorf("from 4 behind a change pending from 4: applies from %d, %v; want 5", from, err)
+	}
+	if from, err := f.Follow(cfg, 9); err != nil || from != 9 {
+		t.Errorf("from 9: applies from %d, %v; want 9", from, err)
+	}
+	if _, err := f.Follow(Config{CreditBytes: -1}, 12); err == nil {
+		t.Error("an invalid configuration was followed")
+	}
+}

@@ -34,6 +34,19 @@ func (l *postLog) schedule(cfg Config, from int) error {
 	return nil
 }
 
+// earliestFrom is the first iteration a change may apply from: after every
+// iteration posted and after the last pending change.
+func (l *postLog) earliestFrom() int {
+	from := 0
+	if l.posted {
+		from = l.maxIter + 1
+	}
+	if n := len(l.pending); n > 0 {
+		from = max(from, l.pending[n-1].from+1)
+	}
+	return from
+}
+
 // record checks that t may be posted now and records it; due returns the
 // configuration changes that apply from t's iteration on, in order.
 func (l *postLog) record(t Task) (due []Config, err error) {
