@@ -49,13 +49,12 @@ type Tensor struct {
 	ElemBytes int
 }
 
-// wireBytes is t's size on the wire.
-func (t Tensor) wireBytes() int64 {
-	e := t.ElemBytes
-	if e == 0 {
-		e = 4
+// elemBytes is the size of one of t's elements on the wire.
+func (t Tensor) elemBytes() int {
+	if t.ElemBytes == 0 {
+		return sched.DefaultElemBytes
 	}
-	return int64(e) * int64(t.Elems)
+	return t.ElemBytes
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
@@ -181,10 +180,10 @@ func New(cfg Config) (*Engine, error) {
 		if t.Elems < 1 || t.Layer < 0 {
 			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
 		}
-		if t.ElemBytes != 0 && t.ElemBytes != 4 {
-			return nil, fmt.Errorf("worker: tensor %d %q: %d-byte elements, but the engine carries float32 (4-byte) gradients only", i, t.Name, t.ElemBytes)
+		if e := t.elemBytes(); e != 4 {
+			return nil, fmt.Errorf("worker: tensor %d %q: %d-byte elements, but the engine carries float32 (4-byte) gradients only", i, t.Name, e)
 		}
-		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: t.wireBytes(), ElemBytes: 4})
+		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(t.elemBytes()) * int64(t.Elems), ElemBytes: t.elemBytes()})
 	}
 	m, err := proto.New(pc)
 	if err != nil {
