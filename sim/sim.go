@@ -285,8 +285,6 @@ type simulation struct {
 	ringBytes  float64 // bytes each worker sent (and received) on the ring
 	events     int64
 	err        error
-	// trace bookkeeping for rank 0
-	postedAt map[pieceKey]float64
 	// measurements and reconfiguration (tuning.go): the leader's
 	// statistics and the pieces it started per iteration
 	measure      *stats.Collector
@@ -377,9 +375,6 @@ func newSimulation(o Options) (*simulation, error) {
 	}
 	s.context = tune.JobContext(o.Profile, o.Arch.String(), o.Workers, o.Servers)
 	s.context.RoundTripS = 2 * o.LatencyS
-	if o.Trace != nil {
-		s.postedAt = map[pieceKey]float64{}
-	}
 	return s, nil
 }
 
@@ -455,14 +450,14 @@ func (s *simulation) drain(w *worker) {
 		}
 		for _, f := range rd.Finished {
 			s.measure.PieceDone(s.now, f.InFlightBytes)
-			if s.postedAt != nil {
+			if s.o.Trace != nil {
 				s.traceComm(f.Piece)
 			}
 		}
 	}
 	for _, g := range rd.Opened {
 		w.synced[g.Layer] = max(w.synced[g.Layer], g.Iteration)
-		if s.postedAt != nil && w.rank == 0 {
+		if s.o.Trace != nil && w.rank == 0 {
 			_ = s.o.Trace.Instant(fmt.Sprintf("layer %d synced", g.Layer), "sync", 1, 0, s.now, nil)
 		}
 	}
@@ -539,9 +534,6 @@ func (s *simulation) computeDone(w *worker) {
 // machine, one tensor at a time as the runtime's engine receives them.
 func (s *simulation) postLayer(w *worker, l int) {
 	for _, t := range s.layerT[l] {
-		if s.postedAt != nil && w.rank == 0 {
-			s.postedAt[pieceKey{iter: int32(w.iter), tensor: int32(t)}] = s.now
-		}
 		w.postT[t] = s.now
 		s.check(w.m.Post(t, w.iter))
 		s.drain(w)
@@ -648,9 +640,11 @@ func (s *simulation) deliver(id int32) {
 	s.drain(w)
 }
 
+// traceComm draws rank 0's piece p from its tensor's post to now. The
+// tensor's post time is still p's iteration's: the next iteration posts it
+// only after its forward pass, which waited for this piece.
 func (s *simulation) traceComm(p sched.Piece) {
-	k := pieceKey{iter: int32(p.Iteration), tensor: int32(p.Tensor)}
-	posted := s.postedAt[k]
+	posted := s.workers[0].postT[p.Tensor]
 	_ = s.o.Trace.Complete(fmt.Sprintf("tensor %d piece %d/%d", p.Tensor, p.Index, p.Count), "comm", 1, p.Tensor, posted, s.now-posted,
 		map[string]any{"iteration": p.Iteration, "layer": p.Layer, "bytes": p.Bytes})
 }
