@@ -40,6 +40,8 @@ func StatsContext(spec Spec) tune.Stats {
 type Measurement struct {
 	Stats tune.Stats
 	CommS float64
+	// measured is what Stats was filled from.
+	measured stats.Iteration
 }
 
 // StatsCollector measures one worker's tune.Stats per iteration from the
@@ -134,8 +136,7 @@ func (c *StatsCollector) Iteration(k int, d time.Duration) {
 		c.Next.Iteration(k, d)
 	}
 	if c.OnStats != nil {
-		c.OnStats(Measurement{Stats: tune.Stats{Iteration: k, IterationTimeS: m.IterationS, ForwardS: m.ForwardS, BackwardS: m.BackwardS,
-			GoodputBps: m.GoodputBps, QueueDelayS: m.QueueDelayS, Overlap: m.Overlap, InFlightBytes: m.InFlightBytes}, CommS: m.CommS})
+		c.OnStats(Measurement{Stats: tune.Stats{}.Measured(m), CommS: m.CommS, measured: m})
 	}
 }
 
@@ -200,9 +201,7 @@ func (l *tuneLoop) observe(ms Measurement) {
 	}
 	m, comm := ms.Stats, ms.CommS
 	k := m.Iteration
-	st := l.context
-	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationTimeS, m.ForwardS, m.BackwardS
-	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
+	st := l.context.Measured(ms.measured)
 	st.Config, st.RoundTripS = l.configAt(k), l.o.RoundTripS
 	if !(st.RoundTripS > 0) && l.roundTripS != nil {
 		st.RoundTripS = l.roundTripS()

@@ -34,9 +34,7 @@ type ConfigChange = tune.ConfigChange
 func (s *simulation) iterationDone(k int) {
 	leader := s.workers[0]
 	m := s.measure.IterationEnded(k, s.now-leader.fwdEnds[k], s.now)
-	st := s.context
-	st.Iteration, st.IterationTimeS, st.ForwardS, st.BackwardS = k, m.IterationS, m.ForwardS, m.BackwardS
-	st.GoodputBps, st.QueueDelayS, st.Overlap, st.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
+	st := s.context.Measured(m)
 	st.BandwidthBps = s.o.BandwidthAt(k)
 	st.Config = s.configAt(k)
 	s.stats = append(s.stats, st)

@@ -14,6 +14,7 @@ package tune
 import (
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/stats"
 )
 
 // Stats are one iteration's runtime statistics, as a tuner sees them.
@@ -90,6 +91,15 @@ type Proposal struct {
 type ConfigChange struct {
 	FromIteration int          `json:"from_iteration"`
 	Config        sched.Config `json:"config"`
+}
+
+// Measured returns s with the fields a stats.Collector measured of an
+// iteration: the simulator's leader and the runtime's rank 0 fill Stats
+// through it alike.
+func (s Stats) Measured(m stats.Iteration) Stats {
+	s.Iteration, s.IterationTimeS, s.ForwardS, s.BackwardS = m.Iteration, m.IterationS, m.ForwardS, m.BackwardS
+	s.GoodputBps, s.QueueDelayS, s.Overlap, s.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
+	return s
 }
 
 // JobContext is the part of Stats that is constant over a run: the model's
