@@ -284,18 +284,6 @@ func (w *Worker) Layers() int { return w.layers }
 // Epochs is the configuration history this worker knows, by epoch number.
 func (w *Worker) Epochs() []Epoch { return append([]Epoch(nil), w.epochs...) }
 
-// EpochAt is the epoch in force for the tasks of iteration k.
-func (w *Worker) EpochAt(k int) Epoch {
-	e := w.epochs[0]
-	for _, x := range w.epochs[1:] {
-		if x.From > k {
-			break
-		}
-		e = x
-	}
-	return e
-}
-
 // InFlightBytes is the bytes of the pieces this worker started and has not
 // finished.
 func (w *Worker) InFlightBytes() int64 {
@@ -539,7 +527,7 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 		delete(w.layerLeft, k)
 	}
 	switch {
-	case w.EpochAt(k).Barrier():
+	case w.epochs[p.Epoch].Barrier(): // the epoch the task was cut under, that of iteration k
 		if all {
 			for l := range w.synced {
 				w.open(l, k)
