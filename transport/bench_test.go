@@ -77,7 +77,7 @@ func benchLoopback(b *testing.B, reuse bool) {
 	}
 }
 
-// BenchmarkRawTCP moves the same bytes (48-byte header + 4 MiB payload per
+// BenchmarkRawTCP moves the same bytes (52-byte header + 4 MiB payload per
 // frame, written with writev) over a plain TCP pair with default kernel
 // buffers and TCP_NODELAY, the receiver reusing one buffer: the ceiling
 // BenchmarkLoopbackThroughput is compared with.

@@ -585,7 +585,7 @@ func TestTruncatedFrame(t *testing.T) {
 		}, "sent a truncated frame: got 10 of 100 payload bytes (push frame, iteration 0, key 11, piece 2)"},
 		{"header", func(nc net.Conn) {
 			nc.Write(Header{Kind: KindPush}.Append(nil)[:20])
-		}, "sent a truncated frame: got 20 of 48 header bytes"},
+		}, "sent a truncated frame: got 20 of 52 header bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkLeaks(t)

@@ -70,6 +70,11 @@ type Header struct {
 	Priority  uint64 // smaller = more urgent
 	Offset    uint64 // byte offset of the payload within the tensor
 	Length    uint32 // payload bytes
+	// Elem is the payload's element type (a dtype.DType: 0 float32, 1
+	// bfloat16, 2 float16), Scale its power-of-two scale exponent
+	// (float16); both 0 for frames that carry no gradient values.
+	Elem  uint8
+	Scale int8
 }
 
 // Wire constants. The header is little-endian:
@@ -87,11 +92,14 @@ type Header struct {
 //	    28    4 length
 //	    32    8 priority
 //	    40    8 offset
-//	    48      (end)
+//	    48    1 elem (element type of the payload)
+//	    49    1 scale (signed exponent)
+//	    50    2 reserved, zero
+//	    52      (end)
 const (
 	Magic      uint16 = 0xAB1E
-	Version    uint8  = 1
-	HeaderSize        = 48
+	Version    uint8  = 2
+	HeaderSize        = 52
 	MaxPayload        = 1 << 30
 )
 
@@ -119,10 +127,13 @@ func (h Header) put(b []byte) {
 	le.PutUint32(b[28:], h.Length)
 	le.PutUint64(b[32:], h.Priority)
 	le.PutUint64(b[40:], h.Offset)
+	b[48] = h.Elem
+	b[49] = byte(h.Scale)
+	b[50], b[51] = 0, 0
 }
 
 // HeaderError is returned by DecodeHeader: Field ("buffer", "magic",
-// "version", "kind" or "length") is the offending field and Value its value.
+// "version", "kind", "reserved" or "length") is the offending field and Value its value.
 type HeaderError struct {
 	Field string
 	Value uint64
@@ -136,8 +147,8 @@ func headerErr(field string, v uint64, format string, args ...any) error {
 }
 
 // DecodeHeader decodes the first HeaderSize bytes of b. It rejects a short
-// buffer, a bad magic, an unsupported version, an unknown kind and a length
-// above MaxPayload with a *HeaderError naming the field and its value. It
+// buffer, a bad magic, an unsupported version, an unknown kind, nonzero
+// reserved bytes and a length above MaxPayload with a *HeaderError naming the field and its value. It
 // never panics.
 func DecodeHeader(b []byte) (Header, error) {
 	if len(b) < HeaderSize {
@@ -161,6 +172,11 @@ func DecodeHeader(b []byte) (Header, error) {
 		Length:    le.Uint32(b[28:]),
 		Priority:  le.Uint64(b[32:]),
 		Offset:    le.Uint64(b[40:]),
+		Elem:      b[48],
+		Scale:     int8(b[49]),
+	}
+	if r := le.Uint16(b[50:]); r != 0 {
+		return Header{}, headerErr("reserved", uint64(r), "reserved header bytes are 0x%04x, want 0", r)
 	}
 	if !h.Kind.Valid() {
 		return Header{}, headerErr("kind", uint64(h.Kind), "unknown header kind %d", uint8(h.Kind))

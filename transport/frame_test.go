@@ -15,6 +15,7 @@ func TestHeaderRoundTripEveryField(t *testing.T) {
 		Kind: KindRing, Rank: 0x01020304, Epoch: 0x05060708, Iteration: 0x090a0b0c,
 		Key: 0x0d0e0f10, Piece: 0x11121314, Aux: 0x15161718,
 		Priority: 0x191a1b1c1d1e1f20, Offset: 0x2122232425262728, Length: 0x20000000,
+		Elem: 0x29, Scale: -0x2a,
 	}
 	// Each field alone at an extreme value, so that a field encoded into
 	// another's bytes (or dropped) is caught.
@@ -31,6 +32,9 @@ func TestHeaderRoundTripEveryField(t *testing.T) {
 		{Kind: KindPull, Priority: math.MaxUint64},
 		{Kind: KindPull, Offset: math.MaxUint64},
 		{Kind: KindPull, Length: MaxPayload},
+		{Kind: KindPush, Elem: math.MaxUint8},
+		{Kind: KindPush, Scale: math.MinInt8},
+		{Kind: KindPush, Scale: math.MaxInt8},
 	}
 	for _, h := range cases {
 		b := h.Append([]byte("prefix"))
@@ -72,10 +76,11 @@ func TestDecodeHeaderRejectsEachBadField(t *testing.T) {
 		value uint64
 		want  string
 	}{
-		{"empty", nil, "buffer", 0, "short header buffer: 0 bytes, need 48"},
-		{"short", good[:HeaderSize-1], "buffer", 47, "short header buffer: 47 bytes, need 48"},
+		{"empty", nil, "buffer", 0, "short header buffer: 0 bytes, need 52"},
+		{"short", good[:HeaderSize-1], "buffer", 51, "short header buffer: 51 bytes, need 52"},
 		{"magic", mod(func(b []byte) { b[0], b[1] = 0xef, 0xbe }), "magic", 0xbeef, "bad header magic 0xbeef"},
-		{"version", mod(func(b []byte) { b[2] = 2 }), "version", 2, "unsupported header version 2"},
+		{"version", mod(func(b []byte) { b[2] = 1 }), "version", 1, "unsupported header version 1"},
+		{"reserved", mod(func(b []byte) { b[51] = 1 }), "reserved", 0x100, "reserved header bytes are 0x0100, want 0"},
 		{"kind 0", mod(func(b []byte) { b[3] = 0 }), "kind", 0, "unknown header kind 0"},
 		{"kind 8", mod(func(b []byte) { b[3] = 8 }), "kind", 8, "unknown header kind 8"},
 		{"kind 255", mod(func(b []byte) { b[3] = 255 }), "kind", 255, "unknown header kind 255"},

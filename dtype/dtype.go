@@ -1,0 +1,230 @@
+// Package dtype owns the element types gradients travel in (float32,
+// bfloat16, float16): their names and sizes, and encoding float32 values
+// into them, decoding them and adding them into float32 sums.
+//
+// Sums are always kept in float32; a 16-bit type is only the wire format,
+// so a sum is rounded to 16 bits where it is sent, not at every addition.
+// float16 has a narrow range (its largest value is 65504, its smallest
+// normal 2^-14), so every float16 payload carries a power-of-two scale
+// exponent: Scale picks it from the values so that the largest one lands
+// in [2^14, 2^15) — no overflow, and small gradients keep their bits
+// instead of flushing to zero. Powers of two scale exactly, so decoding
+// recovers the rounded values exactly. bfloat16 has float32's range and
+// needs no scale (its exponent is always 0).
+//
+// Infinities and NaNs pass through as themselves (NaN stays NaN, ±Inf
+// stays ±Inf), so a sum that overflowed reaches every worker as an
+// overflow, where a loss scaler sees it.
+//
+// It knows nothing of frames, pieces or scheduling.
+package dtype
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/autobyte/autobyte/transport"
+	"github.com/x448/float16"
+)
+
+// DType is an element type on the wire. The zero value is F32.
+type DType uint8
+
+const (
+	F32  DType = iota // IEEE float32, little-endian
+	BF16              // bfloat16: float32's upper 16 bits, rounded to nearest even
+	F16               // IEEE float16 (binary16), with a per-payload power-of-two scale
+)
+
+// Size is the bytes per element.
+func (d DType) Size() int {
+	if d == F32 {
+		return 4
+	}
+	return 2
+}
+
+// Valid reports whether d is one of the defined types.
+func (d DType) Valid() bool { return d <= F16 }
+
+func (d DType) String() string {
+	switch d {
+	case F32:
+		return "float32"
+	case BF16:
+		return "bfloat16"
+	case F16:
+		return "float16"
+	}
+	return fmt.Sprintf("dtype(%d)", uint8(d))
+}
+
+// Parse reads a type by name: float32 (f32, fp32, none: no compression),
+// bfloat16 (bf16) or float16 (f16, fp16, half).
+func Parse(s string) (DType, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "float32", "f32", "fp32", "none", "":
+		return F32, nil
+	case "bfloat16", "bf16":
+		return BF16, nil
+	case "float16", "f16", "fp16", "half":
+		return F16, nil
+	}
+	return F32, fmt.Errorf("dtype: unknown element type %q (want none/float32, bf16/bfloat16 or fp16/float16)", s)
+}
+
+// Scale is the scale exponent for encoding src as d: for F16, e such that
+// the largest finite |x| times 2^e is in [2^14, 2^15); 0 for other types,
+// for all-zero data and for data with no finite nonzero value.
+func (d DType) Scale(src []float32) int {
+	if d != F16 {
+		return 0
+	}
+	var m float32
+	for _, v := range src {
+		a := float32(math.Abs(float64(v)))
+		if a > m && a <= math.MaxFloat32 { // skips NaN and Inf
+			m = a
+		}
+	}
+	if m == 0 {
+		return 0
+	}
+	_, k := math.Frexp(float64(m)) // m = f * 2^k, f in [0.5, 1)
+	return 15 - k
+}
+
+// Encode writes src into dst as d (d.Size()*len(src) bytes), each value
+// times 2^exp, rounded to nearest even.
+func (d DType) Encode(dst []byte, src []float32, exp int) {
+	d.check("Encode", len(dst), len(src))
+	switch d {
+	case F32:
+		transport.PutFloat32s(dst, src)
+	case BF16:
+		for i, v := range src {
+			put16(dst, i, bf16(v))
+		}
+	case F16:
+		if exp < -126 || exp > 127 { // 2^exp beyond float32's range (tiny data): scale in float64
+			s := math.Ldexp(1, exp)
+			for i, v := range src {
+				put16(dst, i, f32to16(float32(float64(v)*s)))
+			}
+			return
+		}
+		s := float32(math.Ldexp(1, exp))
+		for i, v := range src {
+			put16(dst, i, f32to16(v*s))
+		}
+	}
+}
+
+// Decode overwrites dst with the values encoded in src as d, divided by
+// 2^exp.
+func (d DType) Decode(dst []float32, src []byte, exp int) {
+	d.check("Decode", len(src), len(dst))
+	switch d {
+	case F32:
+		transport.Float32s(dst, src)
+	case BF16:
+		for i := range dst {
+			dst[i] = math.Float32frombits(uint32(get16(src, i)) << 16)
+		}
+	case F16:
+		s := math.Ldexp(1, -exp)
+		for i := range dst {
+			dst[i] = float32(float64(f16[get16(src, i)]) * s)
+		}
+	}
+}
+
+// Add adds the values encoded in src as d, divided by 2^exp, to dst.
+func (d DType) Add(dst []float32, src []byte, exp int) {
+	d.check("Add", len(src), len(dst))
+	switch d {
+	case F32:
+		transport.AddFloat32s(dst, src)
+	case BF16:
+		for i := range dst {
+			dst[i] += math.Float32frombits(uint32(get16(src, i)) << 16)
+		}
+	case F16:
+		s := math.Ldexp(1, -exp)
+		for i := range dst {
+			dst[i] += float32(float64(f16[get16(src, i)]) * s)
+		}
+	}
+}
+
+// Round encodes vals as d with the scale Scale picks, into dst, and
+// overwrites vals with what dst holds decoded, so that a sender keeps
+// exactly the values its peers will receive. It returns the exponent.
+func (d DType) Round(dst []byte, vals []float32) (exp int) {
+	exp = d.Scale(vals)
+	d.Encode(dst, vals, exp)
+	if d != F32 {
+		d.Decode(vals, dst, exp)
+	}
+	return exp
+}
+
+func (d DType) check(op string, bytes, elems int) {
+	if !d.Valid() {
+		panic(fmt.Sprintf("dtype: %s with unknown type %d", op, uint8(d)))
+	}
+	if bytes != d.Size()*elems {
+		panic(fmt.Sprintf("dtype: %s: %d bytes for %d %v values, want %d", op, bytes, elems, d, d.Size()*elems))
+	}
+}
+
+// bf16 rounds v to bfloat16, to nearest even; NaN stays a (quiet) NaN.
+func bf16(v float32) uint16 {
+	b := math.Float32bits(v)
+	if b&0x7fffffff > 0x7f800000 {
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// f32to16 rounds v to float16, to nearest even (overflow to ±Inf, NaN to a
+// quiet NaN), with integer arithmetic on the bits: several times faster
+// than float16.Fromfloat32, which the tests check it against.
+func f32to16(v float32) uint16 {
+	x := math.Float32bits(v)
+	sign := uint16(x>>16) & 0x8000
+	x &= 0x7fffffff
+	switch {
+	case x >= 0x47800000: // |v| >= 65536, Inf or NaN
+		if x > 0x7f800000 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	case x < 0x38800000: // |v| < 2^-14: a float16 subnormal or zero
+		// Adding 0.5 aligns the bits float16 keeps at the bottom of the
+		// float32 mantissa, and the FPU rounds to nearest even.
+		r := math.Float32frombits(x) + 0.5
+		return sign | uint16(math.Float32bits(r)-0x3f000000)
+	default:
+		// Rebias the exponent (127 -> 15) and round the 13 dropped bits to
+		// nearest even; a carry out of the mantissa bumps the exponent,
+		// up to Inf for values in [65520, 65536).
+		x += 0xc8000fff + (x>>13)&1
+		return sign | uint16(x>>13)
+	}
+}
+
+func put16(b []byte, i int, v uint16) { b[2*i], b[2*i+1] = byte(v), byte(v>>8) }
+func get16(b []byte, i int) uint16    { return uint16(b[2*i]) | uint16(b[2*i+1])<<8 }
+
+// f16 decodes every float16 bit pattern (256 KiB, built once): a lookup is
+// several times faster than converting.
+var f16 = func() []float32 {
+	t := make([]float32, 1<<16)
+	for i := range t {
+		t[i] = float16.Frombits(uint16(i)).Float32()
+	}
+	return t
+}()
