@@ -75,7 +75,8 @@ func Parse(s string) (DType, error) {
 }
 
 // Scale is the scale exponent for encoding src as d: for F16, e such that
-// the largest finite |x| times 2^e is in [2^14, 2^15); 0 for other types,
+// the largest finite |x| times 2^e is in [2^14, 2^15) (e at most 127;
+// lower only for data below 2^-112); 0 for other types,
 // for all-zero data and for data with no finite nonzero value.
 func (d DType) Scale(src []float32) int {
 	if d != F16 {
@@ -92,7 +93,10 @@ func (d DType) Scale(src []float32) int {
 		return 0
 	}
 	_, k := math.Frexp(float64(m)) // m = f * 2^k, f in [0.5, 1)
-	return 15 - k
+	// At most 127, so that the exponent fits a signed byte: data whose
+	// largest value is below 2^-112 then keeps its top bits down to
+	// 2^-151, under float32's smallest value anyway.
+	return min(15-k, 127)
 }
 
 // Encode writes src into dst as d (d.Size()*len(src) bytes), each value

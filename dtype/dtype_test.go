@@ -74,7 +74,7 @@ func TestRoundTripIsExact(t *testing.T) {
 // Scale keeps float16 payloads in range: the largest magnitude encodes to
 // a finite value in [2^14, 2^15), whatever the data's own range.
 func TestF16ScaleNeverOverflows(t *testing.T) {
-	for _, m := range []float32{1e30, 65504, 65505, 1, 3e-5, 1e-20, math.SmallestNonzeroFloat32} {
+	for _, m := range []float32{1e30, 65504, 65505, 1, 3e-5, 1e-20, 1e-33} {
 		vals := []float32{m, -m / 3, 0}
 		exp := F16.Scale(vals)
 		b := make([]byte, 6)
@@ -88,6 +88,12 @@ func TestF16ScaleNeverOverflows(t *testing.T) {
 		if rel := math.Abs(float64(back[0]-m)) / float64(m); rel > 1.0/2048 {
 			t.Errorf("max %g: decoded %g, relative error %g above float16's 2^-11", m, back[0], rel)
 		}
+	}
+	// The exponent stops at 127 (a signed byte on the wire): float32's
+	// smallest value still survives, as a float16 subnormal.
+	tiny := []float32{math.SmallestNonzeroFloat32}
+	if exp := F16.Round(make([]byte, 2), tiny); exp != 127 || tiny[0] != math.SmallestNonzeroFloat32 {
+		t.Errorf("smallest float32: exponent %d, round trip %g; want 127 and itself", exp, tiny[0])
 	}
 	// Without the scale, 1e30 overflows and 1e-20 flushes to zero: the
 	// negative control of the test above.

@@ -84,7 +84,7 @@ func BenchmarkSum(b *testing.B) {
 				a := &accum{order: sum}
 				start := time.Now()
 				for _, r := range order {
-					s.take(a, r, recv[r])
+					s.take(a, r, recv[r], 0)
 				}
 				t[i%2] = append(t[i%2], time.Since(start))
 			}

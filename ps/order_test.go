@@ -128,7 +128,7 @@ func pushAll(t *testing.T, s *Server, vals [][]float32, order []int, unaligned b
 	bufs := make([][]byte, len(vals))
 	for _, r := range order {
 		bufs[r] = encode(vals[r], unaligned)
-		kept := s.take(a, r, bufs[r])
+		kept := s.take(a, r, bufs[r], 0)
 		if wantKept := r == 0 || a.order.Next() <= r; !s.arrivalOrder && kept != wantKept {
 			t.Fatalf("%d workers, order %v: take of rank %d reported kept=%v, want %v", len(vals), order, r, kept, wantKept)
 		}

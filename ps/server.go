@@ -17,6 +17,12 @@
 // buffers besides its accumulator, and only while a lower rank is late.
 // Each element is summed in the same order however tensors are cut into
 // pieces and shards, so the sums do not depend on the partition either.
+//
+// Pushes may carry 16-bit elements (bfloat16 or float16, each frame names
+// its type and scale; see package dtype): the sum is kept in float32 and
+// rounded once, to the pushes' type, when it is sent back. So a sum of
+// 16-bit gradients is the correctly rounded float32 sum, where summing in
+// the 16-bit type rounds at every addition.
 package ps
 
 import (
@@ -27,6 +33,7 @@ import (
 	"sync/atomic"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/transport"
 )
@@ -64,11 +71,13 @@ type accum struct {
 	// sum holds the pushes added so far; added counts them.
 	sum   []float32
 	added int
-	// held are pushes received before a lower rank's, by rank; nil until
-	// one arrives early.
-	held [][]byte
-	// hdr is the first push's header: the others must match its size and
-	// offset, and the answer carries its priority.
+	// held are pushes received before a lower rank's, by rank, with
+	// their scale exponents; nil until one arrives early.
+	held      [][]byte
+	heldScale []int8
+	// hdr is the first push's header: the others must match its size,
+	// offset and element type, and the answer carries its priority (and
+	// the sum's scale).
 	hdr transport.Header
 	// result is the encoded sum once complete (rank 0's buffer).
 	result   []byte
@@ -245,8 +254,12 @@ func (s *Server) forget(k pieceKey) {
 // push adds f into its piece; kept reports whether the piece kept f's
 // payload (as its accumulator or until the lower ranks' pushes arrived).
 func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err error) {
-	if f.Length%4 != 0 {
-		return false, fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole float32s", c.PeerRank(), f.Length, f.Key, f.Piece)
+	d := dtype.DType(f.Elem)
+	if !d.Valid() {
+		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d with element type %d, which is none of float32 (0), bfloat16 (1), float16 (2)", c.PeerRank(), f.Key, f.Piece, f.Elem)
+	}
+	if int(f.Length)%d.Size() != 0 {
+		return false, fmt.Errorf("ps: worker %d pushed %d bytes for tensor %d piece %d: not whole %vs", c.PeerRank(), f.Length, f.Key, f.Piece, d)
 	}
 	a, err := s.lookup(f.Header)
 	if err != nil {
@@ -263,11 +276,11 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	}
 	if a.order.Count() == 0 {
 		a.hdr = f.Header
-	} else if f.Length != a.hdr.Length || f.Offset != a.hdr.Offset {
-		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes at offset %d, others as %d bytes at offset %d",
-			r, f.Key, f.Piece, f.Aux, f.Iteration, f.Length, f.Offset, a.hdr.Length, a.hdr.Offset)
+	} else if f.Length != a.hdr.Length || f.Offset != a.hdr.Offset || f.Elem != a.hdr.Elem {
+		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d as %d bytes of %v at offset %d, others as %d bytes of %v at offset %d",
+			r, f.Key, f.Piece, f.Aux, f.Iteration, f.Length, d, f.Offset, a.hdr.Length, dtype.DType(a.hdr.Elem), a.hdr.Offset)
 	}
-	kept = s.take(a, r, f.Payload)
+	kept = s.take(a, r, f.Payload, f.Scale)
 	if s.o.Mode == AnswerPush {
 		a.waiting = append(a.waiting, c)
 	}
@@ -284,28 +297,28 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 // the shard's protocol (proto.ShardSum) says is due: in rank order, b and
 // the held pushes that follow it, or nothing while a lower rank is missing
 // (b is held). With the last push it encodes the sum into a.result and
-// marks a complete. It reports whether a kept b.
-func (s *Server) take(a *accum, r int, b []byte) (kept bool) {
+// marks a complete. It reports whether a kept b. scale is b's exponent.
+func (s *Server) take(a *accum, r int, b []byte, scale int8) (kept bool) {
 	from, to, complete, _ := a.order.Push(r) // r was checked: in range, first push
 	switch {
 	case s.arrivalOrder:
 		kept = a.added == 0
-		s.addPush(a, b)
+		s.addPush(a, b, scale)
 		complete = a.added == s.o.Workers
 	case from == to:
 		if a.held == nil {
-			a.held = make([][]byte, s.o.Workers)
+			a.held, a.heldScale = make([][]byte, s.o.Workers), make([]int8, s.o.Workers)
 		}
-		a.held[r] = b
+		a.held[r], a.heldScale[r] = b, scale
 		raise(&s.heldPeak, s.held.Add(int64(len(b))))
 		kept = true
 	default:
 		kept = from == 0
-		s.addPush(a, b)
+		s.addPush(a, b, scale)
 		for q := from + 1; q < to; q++ {
 			h := a.held[q]
 			a.held[q] = nil
-			s.addPush(a, h)
+			s.addPush(a, h, a.heldScale[q])
 			s.held.Add(-int64(len(h)))
 			if cap(h) > 0 {
 				putBuf(h[:cap(h)])
@@ -314,7 +327,10 @@ func (s *Server) take(a *accum, r int, b []byte) (kept bool) {
 	}
 	if complete {
 		if !a.inPlace {
-			transport.PutFloat32s(a.result, a.sum)
+			d := dtype.DType(a.hdr.Elem)
+			exp := d.Scale(a.sum)
+			d.Encode(a.result, a.sum, exp)
+			a.hdr.Scale = int8(exp)
 			putSum(a.sum)
 		}
 		a.sum = nil
@@ -336,18 +352,19 @@ func raise(peak *atomic.Int64, n int64) {
 // addPush adds b, the next push in summation order, into a's sum (a.mu
 // held). The first one's buffer carries the sum back: where it can be
 // viewed as float32s the sum accumulates in it directly (no decode, no
-// encode), otherwise in a pooled accumulator.
-func (s *Server) addPush(a *accum, b []byte) {
+// encode), otherwise in a pooled float32 accumulator.
+func (s *Server) addPush(a *accum, b []byte, scale int8) {
+	d := dtype.DType(a.hdr.Elem)
 	if a.added == 0 {
-		if view, ok := transport.FloatView(b); ok {
+		if view, ok := transport.FloatView(b); ok && d == dtype.F32 {
 			a.sum, a.inPlace = view, true
 		} else {
-			a.sum = getSum(len(b) / 4)
-			transport.Float32s(a.sum, b)
+			a.sum = getSum(len(b) / d.Size())
+			d.Decode(a.sum, b, int(scale))
 		}
 		a.result = b
 	} else {
-		transport.AddFloat32s(a.sum, b)
+		d.Add(a.sum, b, int(scale))
 	}
 	a.added++
 }
