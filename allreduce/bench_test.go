@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/autobyte/autobyte/dtype"
 )
 
 // BenchmarkRing4x64MiB: 4 ranks on loopback all-reduce 64 pieces of 1 MiB
@@ -33,7 +35,7 @@ func BenchmarkRing4x64MiB(b *testing.B) {
 				wg.Add(1)
 				p := pieceOf(k, elems)
 				p.Iteration = it
-				tr.rings[r].Start(p, uint64(k), data[r][k], func(err error) {
+				tr.rings[r].Start(p, uint64(k), dtype.F32, data[r][k], func(err error) {
 					if err != nil {
 						errs <- err
 					}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/autobyte/autobyte/dtype"
 )
 
 // orderPool holds float32 values so far apart in magnitude that the order
@@ -98,7 +100,7 @@ func reduceAll(t *testing.T, tr *ring, vals [][][]float32, delay func(r, k int) 
 					<-gate[k-1]
 				}
 				time.Sleep(delay(r, k))
-				tr.rings[r].Start(pieceOf(k, len(vals[k][r])), prio(r, k), data[k][r], func(err error) {
+				tr.rings[r].Start(pieceOf(k, len(vals[k][r])), prio(r, k), dtype.F32, data[k][r], func(err error) {
 					mu.Lock()
 					if left[k]--; left[k] == 0 {
 						close(gate[k])

@@ -43,6 +43,13 @@
 // tensors alike (the same partition in every epoch); a run whose partition
 // changes at other iterations (a tuner following measured timings) sums
 // some elements in another order.
+//
+// 16-bit pieces (bfloat16 or float16, package dtype) travel in 16 bits:
+// each rank adds the partial sum it receives to its own values in float32
+// and rounds the result once to send it on, so a chunk is rounded once per
+// hop (S-1 times, as a ring that sums in the 16-bit type does, but never
+// in between). The rank that completes a chunk keeps the rounded value it
+// sends, so every rank still ends with the same bits.
 package allreduce
 
 import (
@@ -55,6 +62,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
@@ -117,6 +125,7 @@ type piece struct {
 	// piece outside the lock; others only buffer frames for it.
 	busy bool
 	data []float32
+	elem dtype.DType // the wire type of data's chunks
 	prio uint64
 	done func(error)
 	// next is the next received step to process; recv holds received
@@ -341,9 +350,14 @@ func (r *Ring) failLocked(err error) []completion {
 // (smaller first). done is called exactly once, never from within Start
 // and never with the ring's lock held; after it is called the ring no
 // longer touches data. It gets the ring's error if the ring failed first.
-// With one rank, done(nil) is called at once and data is not touched.
-func (r *Ring) Start(p sched.Piece, priority uint64, data []float32, done func(error)) {
+// With one rank, done(nil) is called at once and data is only rounded to d.
+// d is the type data travels in (every rank must start a piece with the
+// same d).
+func (r *Ring) Start(p sched.Piece, priority uint64, d dtype.DType, data []float32, done func(error)) {
 	if r.size == 1 {
+		if d != dtype.F32 { // the sum is this rank's values, in the wire type all the same
+			d.Round(make([]byte, d.Size()*len(data)), data)
+		}
 		go done(nil)
 		return
 	}
@@ -365,13 +379,14 @@ func (r *Ring) Start(p sched.Piece, priority uint64, data []float32, done func(e
 		return
 	}
 	pc.started, pc.busy = true, true
-	pc.data, pc.prio, pc.done = data, priority, done
+	pc.data, pc.elem, pc.prio, pc.done = data, d, priority, done
 	r.mu.Unlock()
 
 	lo, hi := chunk(len(data), r.size, r.rank)
-	payload := make([]byte, 4*(hi-lo))
-	transport.PutFloat32s(payload, data[lo:hi])
-	err := r.send(pc, 0, lo, payload)
+	payload := make([]byte, d.Size()*(hi-lo))
+	exp := d.Scale(data[lo:hi])
+	d.Encode(payload, data[lo:hi], exp)
+	err := r.send(pc, 0, lo, payload, exp)
 
 	r.mu.Lock()
 	var cs []completion
@@ -470,29 +485,43 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 	} else {
 		c = mod(r.rank-(s-(r.size-1)), r.size) // all-gather
 	}
+	d := pc.elem
+	if dtype.DType(f.Elem) != d {
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent step %d of %v as %v, but this rank started it as %v (do the ranks disagree on its type?)",
+			r.rank, r.prevRank, s, pc.key, dtype.DType(f.Elem), d)
+	}
 	lo, hi := chunk(len(pc.data), r.size, c)
-	if f.Offset != uint64(4*lo) || int(f.Length) != 4*(hi-lo) || len(f.Payload) != 4*(hi-lo) {
-		return fmt.Errorf("allreduce: rank %d: previous rank %d sent bytes [%d,%d) as step %d of %v, want chunk %d = bytes [%d,%d) of a %d-element piece (do the ranks disagree on its size?)",
-			r.rank, r.prevRank, f.Offset, f.Offset+uint64(f.Length), s, pc.key, c, 4*lo, 4*hi, len(pc.data))
+	size := d.Size()
+	if f.Offset != uint64(size*lo) || int(f.Length) != size*(hi-lo) || len(f.Payload) != size*(hi-lo) {
+		return fmt.Errorf("allreduce: rank %d: previous rank %d sent bytes [%d,%d) as step %d of %v, want chunk %d = bytes [%d,%d) of a %d-element %v piece (do the ranks disagree on its size?)",
+			r.rank, r.prevRank, f.Offset, f.Offset+uint64(f.Length), s, pc.key, c, size*lo, size*hi, len(pc.data), d)
 	}
 	dst := pc.data[lo:hi]
-	if s < r.size-1 {
+	exp := int(f.Scale)
+	switch {
+	case s >= r.size-1:
+		d.Decode(dst, f.Payload, exp) // forwarded as it came
+	case d == dtype.F32:
 		addPut(dst, f.Payload) // the payload becomes the next step's
-	} else {
-		transport.Float32s(dst, f.Payload) // forwarded as it came
+	default:
+		// Added in float32, rounded once into the payload, which becomes
+		// the next step's; dst keeps the rounded values, so the rank that
+		// completes the chunk holds what the all-gather hands the others.
+		d.Add(dst, f.Payload, exp)
+		exp = d.Round(f.Payload, dst)
 	}
 	if s+1 == r.steps {
 		return nil
 	}
-	return r.send(pc, s+1, lo, f.Payload)
+	return r.send(pc, s+1, lo, f.Payload, exp)
 }
 
-// send enqueues step s of pc, the chunk at element lo, to the next rank.
-// payload must not be modified afterwards.
-func (r *Ring) send(pc *piece, s, lo int, payload []byte) error {
+// send enqueues step s of pc, the chunk at element lo encoded with scale
+// exponent exp, to the next rank. payload must not be modified afterwards.
+func (r *Ring) send(pc *piece, s, lo int, payload []byte, exp int) error {
 	k := pc.key
 	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
-		Aux: uint32(s), Priority: pc.prio, Offset: uint64(4 * lo)}
+		Aux: uint32(s), Priority: pc.prio, Offset: uint64(pc.elem.Size() * lo), Elem: uint8(pc.elem), Scale: int8(exp)}
 	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: payload}, r.written); err != nil {
 		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
@@ -192,7 +193,7 @@ func allReduce(t *testing.T, tr *ring, sizes []int, delay func(rank, k int) time
 				}
 				called := false
 				var mu sync.Mutex
-				tr.rings[r].Start(pieceOf(k, n), uint64(k), data[r][k], func(err error) {
+				tr.rings[r].Start(pieceOf(k, n), uint64(k), dtype.F32, data[r][k], func(err error) {
 					mu.Lock()
 					defer mu.Unlock()
 					if called {
@@ -263,7 +264,7 @@ func TestSizeOneLeavesDataAlone(t *testing.T) {
 	}
 	data := []float32{1, 2, 3}
 	got := make(chan error, 1)
-	rg.Start(pieceOf(0, 3), 0, data, func(err error) { got <- err })
+	rg.Start(pieceOf(0, 3), 0, dtype.F32, data, func(err error) { got <- err })
 	select {
 	case err := <-got:
 		if err != nil {
@@ -335,14 +336,14 @@ func TestWaitsForEveryRank(t *testing.T) {
 		data[r] = input(r, 0, n)
 	}
 	for r := range size - 1 {
-		tr.rings[r].Start(pieceOf(0, n), 0, data[r], func(err error) { done <- result{r, 0, err} })
+		tr.rings[r].Start(pieceOf(0, n), 0, dtype.F32, data[r], func(err error) { done <- result{r, 0, err} })
 	}
 	select {
 	case x := <-done:
 		t.Fatalf("rank %d's piece done (err %v) before rank %d started it", x.rank, x.err, size-1)
 	case <-time.After(200 * time.Millisecond):
 	}
-	tr.rings[size-1].Start(pieceOf(0, n), 0, data[size-1], func(err error) { done <- result{size - 1, 0, err} })
+	tr.rings[size-1].Start(pieceOf(0, n), 0, dtype.F32, data[size-1], func(err error) { done <- result{size - 1, 0, err} })
 	for range size {
 		select {
 		case x := <-done:
@@ -369,7 +370,7 @@ func TestKilledRank(t *testing.T) {
 	for k := range 3 {
 		for r := range size {
 			if r != dead {
-				tr.rings[r].Start(pieceOf(k, 1000), uint64(k), input(r, k, 1000), func(err error) { done <- result{r, k, err} })
+				tr.rings[r].Start(pieceOf(k, 1000), uint64(k), dtype.F32, input(r, k, 1000), func(err error) { done <- result{r, k, err} })
 			}
 		}
 	}
@@ -411,7 +412,7 @@ func TestKilledRank(t *testing.T) {
 	}
 	// A piece started after the failure fails at once.
 	got := make(chan error, 1)
-	tr.rings[0].Start(pieceOf(9, 10), 9, make([]float32, 10), func(err error) { got <- err })
+	tr.rings[0].Start(pieceOf(9, 10), 9, dtype.F32, make([]float32, 10), func(err error) { got <- err })
 	select {
 	case err := <-got:
 		// Rank 0 may have learnt of the failure from either neighbour
@@ -448,7 +449,7 @@ func TestLostNeighbour(t *testing.T) {
 			runErr := make(chan error, 1)
 			go func() { runErr <- rg.Run(ctx) }()
 			done := make(chan error, 1)
-			rg.Start(pieceOf(0, 10), 0, make([]float32, 10), func(err error) { done <- err })
+			rg.Start(pieceOf(0, 10), 0, dtype.F32, make([]float32, 10), func(err error) { done <- err })
 			c.kill(next, prev)
 			select {
 			case err := <-runErr:
@@ -484,7 +485,7 @@ func TestBadFrame(t *testing.T) {
 	runErr := make(chan error, 1)
 	go func() { runErr <- rg.Run(ctx) }()
 	done := make(chan error, 1)
-	rg.Start(pieceOf(0, 10), 0, make([]float32, 10), func(err error) { done <- err })
+	rg.Start(pieceOf(0, 10), 0, dtype.F32, make([]float32, 10), func(err error) { done <- err })
 	// Rank 1 must send chunk 1 = elements [5,10) = bytes [20,40) as step 0.
 	bad := transport.Frame{Header: transport.Header{Kind: transport.KindRing, Key: 0, Piece: 0, Aux: 0, Offset: 8}, Payload: make([]byte, 20)}
 	if err := next[1].Send(bad); err != nil {
@@ -540,7 +541,7 @@ func TestNoLeakAfterCancel(t *testing.T) {
 		// Pieces in flight at cancel (rank 3 never starts them) fail.
 		done := make(chan error, 3)
 		for r := range 3 {
-			tr.rings[r].Start(pieceOf(50, 100), 50, make([]float32, 100), func(err error) { done <- err })
+			tr.rings[r].Start(pieceOf(50, 100), 50, dtype.F32, make([]float32, 100), func(err error) { done <- err })
 		}
 		tr.cancel()
 		for r := range 4 {

@@ -201,7 +201,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 	if rank < 0 || rank >= spec.Workers {
 		return nil, fmt.Errorf("job: rank %d out of range for %d workers", rank, spec.Workers)
 	}
-	tensors, err := worker.TensorsOf(spec.Profile)
+	tensors, err := worker.TensorsOf(spec.Profile, spec.Compression)
 	if err != nil {
 		return nil, err
 	}

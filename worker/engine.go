@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -43,25 +44,20 @@ type Tensor struct {
 	Layer int
 	// Elems is its number of elements.
 	Elems int
-	// ElemBytes is the size of one element on the wire (the dtype's
-	// width); 0 means 4. The engine's data path carries float32 only, so
-	// any other width is refused until it carries 16-bit data.
-	ElemBytes int
-}
-
-// elemBytes is the size of one of t's elements on the wire.
-func (t Tensor) elemBytes() int {
-	if t.ElemBytes == 0 {
-		return sched.DefaultElemBytes
-	}
-	return t.ElemBytes
+	// Wire is the type its gradient travels in (default float32). Posted
+	// data is float32 whatever it is: a 16-bit tensor's values are exact
+	// in float32, and a float32 tensor sent as 16 bits (compression) is
+	// rounded on the way out. Sums are kept in float32 and come back
+	// rounded to Wire.
+	Wire dtype.DType
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
 type Ring interface {
-	// Start all-reduces data (a piece, in place) once every rank started
-	// it; done is called exactly once, from any goroutine.
-	Start(p sched.Piece, priority uint64, data []float32, done func(error))
+	// Start all-reduces data (a piece, in place, travelling as d) once
+	// every rank started it; done is called exactly once, from any
+	// goroutine.
+	Start(p sched.Piece, priority uint64, d dtype.DType, data []float32, done func(error))
 }
 
 // Config describes one worker's engine.
@@ -180,10 +176,11 @@ func New(cfg Config) (*Engine, error) {
 		if t.Elems < 1 || t.Layer < 0 {
 			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
 		}
-		if e := t.elemBytes(); e != 4 {
-			return nil, fmt.Errorf("worker: tensor %d %q: %d-byte elements, but the engine carries float32 (4-byte) gradients only", i, t.Name, e)
+		if !t.Wire.Valid() {
+			return nil, fmt.Errorf("worker: tensor %d %q: unknown wire type %v", i, t.Name, t.Wire)
 		}
-		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(t.elemBytes()) * int64(t.Elems), ElemBytes: t.elemBytes()})
+		size := t.Wire.Size()
+		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(size) * int64(t.Elems), ElemBytes: size})
 	}
 	m, err := proto.New(pc)
 	if err != nil {
@@ -503,8 +500,10 @@ func (e *Engine) sendMessage(m proto.Message) error {
 		}
 	case proto.RingStart:
 		p := m.Piece
-		data := e.grad(p.Iteration, p.Tensor)[p.Offset/4 : (p.Offset+p.Bytes)/4]
-		e.cfg.Ring.Start(p, m.Priority, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
+		d := e.cfg.Tensors[p.Tensor].Wire
+		size := int64(d.Size())
+		data := e.grad(p.Iteration, p.Tensor)[p.Offset/size : (p.Offset+p.Bytes)/size]
+		e.cfg.Ring.Start(p, m.Priority, d, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
 	case proto.Push:
 		return e.push(m)
 	}
@@ -521,18 +520,22 @@ func (e *Engine) grad(iteration, tensor int) []float32 {
 // mode).
 func (e *Engine) push(m proto.Message) error {
 	p := m.Piece
+	d := e.cfg.Tensors[p.Tensor].Wire
+	size := int64(d.Size())
 	// The gradient itself goes out where it is already in wire format: its
 	// sum only arrives (and overwrites it) after every worker's push was
 	// written, ours included.
-	src := e.grad(p.Iteration, p.Tensor)[m.Offset/4 : (m.Offset+m.Bytes)/4]
+	src := e.grad(p.Iteration, p.Tensor)[m.Offset/size : (m.Offset+m.Bytes)/size]
 	payload, zeroCopy := transport.WireBytes(src)
-	if !zeroCopy {
+	exp := 0
+	if zeroCopy = zeroCopy && d == dtype.F32; !zeroCopy {
 		payload = getPayload(int(m.Bytes))
-		transport.PutFloat32s(payload, src)
+		exp = d.Scale(src)
+		d.Encode(payload, src, exp)
 	}
 	h := transport.Header{Kind: transport.KindPush, Rank: uint32(e.cfg.Rank), Epoch: uint32(p.Epoch),
 		Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index), Aux: uint32(m.Shard),
-		Priority: m.Priority, Offset: uint64(m.Offset), Length: uint32(m.Bytes)}
+		Priority: m.Priority, Offset: uint64(m.Offset), Length: uint32(m.Bytes), Elem: uint8(d), Scale: int8(exp)}
 	c := e.cfg.Servers[m.Server]
 	var done func(error)
 	if !zeroCopy {
@@ -571,7 +574,7 @@ func (e *Engine) readServer(idx int, c *transport.Conn) {
 	// the next receive.
 	var buf []byte
 	dest := func(h transport.Header) []byte {
-		if h.Kind == transport.KindAggregate && h.Length%4 == 0 {
+		if h.Kind == transport.KindAggregate && h.Elem == uint8(dtype.F32) && h.Length%4 == 0 {
 			e.gradsMu.RLock()
 			grad, ok := e.grads[taskKey{iter: int(h.Iteration), tensor: int(h.Key)}]
 			e.gradsMu.RUnlock()
@@ -600,14 +603,21 @@ func (e *Engine) readServer(idx int, c *transport.Conn) {
 		e.gradsMu.RLock()
 		grad, ok := e.grads[k]
 		e.gradsMu.RUnlock()
-		lo, hi := f.Offset/4, (f.Offset+uint64(f.Length))/4
-		if !ok || f.Length%4 != 0 || hi > uint64(len(grad)) {
+		d := dtype.DType(f.Elem)
+		if ok && d != e.cfg.Tensors[f.Key].Wire {
+			e.fail(fmt.Errorf("worker %d: server %d answered tensor %d iteration %d in %v, but it travels in %v",
+				e.cfg.Rank, idx, f.Key, f.Iteration, d, e.cfg.Tensors[f.Key].Wire))
+			return
+		}
+		size := uint64(d.Size())
+		lo, hi := f.Offset/size, (f.Offset+uint64(f.Length))/size
+		if !ok || uint64(f.Length)%size != 0 || f.Offset%size != 0 || hi > uint64(len(grad)) {
 			e.fail(fmt.Errorf("worker %d: server %d answered tensor %d iteration %d bytes [%d,%d) that this worker is not waiting for",
 				e.cfg.Rank, idx, f.Key, f.Iteration, f.Offset, f.Offset+uint64(f.Length)))
 			return
 		}
-		if b, ok := transport.WireBytes(grad[lo:hi]); !ok || len(f.Payload) == 0 || &b[0] != &f.Payload[0] {
-			transport.Float32s(grad[lo:hi], f.Payload)
+		if b, ok := transport.WireBytes(grad[lo:hi]); d != dtype.F32 || !ok || len(f.Payload) == 0 || &b[0] != &f.Payload[0] {
+			d.Decode(grad[lo:hi], f.Payload, int(f.Scale))
 			if cap(f.Payload) > cap(buf) {
 				buf = f.Payload[:cap(f.Payload)]
 			}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/ps"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -304,7 +305,7 @@ type ringMember struct {
 	rank int
 }
 
-func (m ringMember) Start(p sched.Piece, priority uint64, data []float32, done func(error)) {
+func (m ringMember) Start(p sched.Piece, priority uint64, elem dtype.DType, data []float32, done func(error)) {
 	f := m.f
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -317,7 +318,7 @@ func (m ringMember) Start(p sched.Piece, priority uint64, data []float32, done f
 		rp = &ringPiece{p: p}
 		f.pieces[p.PieceID] = rp
 	}
-	if p.Offset != rp.p.Offset || p.Bytes != rp.p.Bytes || int64(len(data)) != p.Bytes/4 {
+	if p.Offset != rp.p.Offset || p.Bytes != rp.p.Bytes || int64(len(data)) != p.Bytes/int64(elem.Size()) {
 		f.errs = append(f.errs, fmt.Sprintf("rank %d started %+v with %d elements; another rank started %+v", m.rank, p, len(data), rp.p))
 	}
 	rp.data = append(rp.data, data)

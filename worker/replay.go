@@ -2,10 +2,12 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 )
 
@@ -29,28 +31,77 @@ type ReplayResult struct {
 	Checked int64
 }
 
-// TensorsOf lists a profile's tensors for the engine, in model order.
-func TensorsOf(p *model.Profile) ([]Tensor, error) {
+// TensorsOf lists a profile's tensors for the engine, in model order. A
+// profile of 4-byte parameters travels as compression says (float32 for
+// none); one of 2-byte parameters is a bfloat16 model and travels so.
+func TensorsOf(p *model.Profile, compression dtype.DType) ([]Tensor, error) {
+	var wire dtype.DType
+	switch p.BytesPerParam {
+	case 4:
+		wire = compression
+	case 2:
+		wire = dtype.BF16
+	default:
+		return nil, fmt.Errorf("worker: profile %q has %d-byte parameters; the runtime moves float32 (4 bytes) or bfloat16 (2)", p.Name, p.BytesPerParam)
+	}
+	if !wire.Valid() {
+		return nil, fmt.Errorf("worker: unknown compression %v", compression)
+	}
 	var ts []Tensor
 	for l, layer := range p.Layers {
 		for _, t := range layer.Tensors {
-			if p.BytesPerParam != 4 {
-				return nil, fmt.Errorf("worker: profile %q has %d-byte parameters; the runtime moves float32 (4 bytes)", p.Name, p.BytesPerParam)
-			}
 			if t.Params > 1<<31-1 {
 				return nil, fmt.Errorf("worker: tensor %q has %d parameters, more than one buffer holds", t.Name, t.Params)
 			}
-			ts = append(ts, Tensor{Name: t.Name, Layer: l, Elems: int(t.Params)})
+			ts = append(ts, Tensor{Name: t.Name, Layer: l, Elems: int(t.Params), Wire: wire})
 		}
 	}
 	return ts, nil
 }
 
-// pattern is rank's gradient value at element i of tensor t: small
-// integers, so float32 sums over up to thousands of ranks are exact and
-// their order does not matter.
-func pattern(rank, tensor, i int) float32 {
+// pattern is rank's gradient value at element i of tensor t, and sumOf
+// the sum over workers ranks: for float32, small integers, so sums over up
+// to thousands of ranks are exact and their order does not matter; for a
+// 16-bit wire, 1 or 2 (by rank) times a power of two up to 2^7, so the
+// values and every partial sum are exact in the 16-bit type while the sum
+// is at most exactLimit (its integers).
+func pattern(rank, tensor, i int, wire dtype.DType) float32 {
+	if wire != dtype.F32 {
+		return float32((rank%2 + 1) << ((i + tensor) % 8))
+	}
 	return float32((rank + 1) * ((i+tensor)%251 + 1))
+}
+
+func sumOf(workers, tensor, i int, wire dtype.DType) float32 {
+	if wire != dtype.F32 {
+		return float32((workers + workers/2) << ((i + tensor) % 8))
+	}
+	return float32(workers*(workers+1)/2) * float32((i+tensor)%251+1)
+}
+
+// verifiable refuses to verify 16-bit sums of more workers than the
+// replay's values stay exact for.
+func verifiable(tensors []Tensor, workers int, verify Verify) error {
+	for _, t := range tensors {
+		if verify != VerifyNone && t.Wire != dtype.F32 && workers+workers/2 > exactLimit(t.Wire) {
+			most := exactLimit(t.Wire) * 2 / 3
+			for most+1+(most+1)/2 <= exactLimit(t.Wire) {
+				most++
+			}
+			return fmt.Errorf("worker: verifying %v sums of %d workers: the replay's sums exceed %d, above which %v integers are not exact (verify none, or at most %d workers)",
+				t.Wire, workers, exactLimit(t.Wire), t.Wire, most)
+		}
+	}
+	return nil
+}
+
+// exactLimit is the largest integer below which every integer is exact
+// in a 16-bit wire type (its significand bits, plus the implicit one).
+func exactLimit(d dtype.DType) int {
+	if d == dtype.BF16 {
+		return 1 << 8
+	}
+	return 1 << 11
 }
 
 // Replay runs a profile's compute (as sleeps) for iterations iterations on
@@ -82,11 +133,19 @@ type ReplayOptions struct {
 // ReplayWith is Replay with every option.
 func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOptions) (*ReplayResult, error) {
 	iterations, verify, onIteration := o.Iterations, o.Verify, o.OnIteration
-	tensors, err := TensorsOf(p)
-	if err != nil {
+	if e == nil {
+		return nil, errors.New("worker: replay without an engine")
+	}
+	tensors := e.cfg.Tensors
+	rank, workers := e.cfg.Rank, e.cfg.Workers
+	if want, err := TensorsOf(p, dtype.F32); err != nil {
+		return nil, err
+	} else if len(want) != len(tensors) {
+		return nil, fmt.Errorf("worker: replaying profile %q of %d tensors on an engine of %d", p.Name, len(want), len(tensors))
+	}
+	if err := verifiable(tensors, workers, verify); err != nil {
 		return nil, err
 	}
-	rank, workers := e.cfg.Rank, e.cfg.Workers
 	byLayer := make([][]int, len(p.Layers))
 	for i, t := range tensors {
 		byLayer[t.Layer] = append(byLayer[t.Layer], i)
@@ -98,12 +157,11 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 	for i, t := range tensors {
 		base[i] = make([]float32, t.Elems)
 		for j := range base[i] {
-			base[i][j] = pattern(rank, i, j)
+			base[i][j] = pattern(rank, i, j, t.Wire)
 		}
 		grads[i] = make([]float32, t.Elems)
 	}
 	res := &ReplayResult{}
-	scale := float32(workers * (workers + 1) / 2)
 	check := func(it, tensor int) error {
 		if verify == VerifyNone {
 			return nil
@@ -113,14 +171,15 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 		if verify == VerifyFull {
 			step = 1
 		}
+		wire := tensors[tensor].Wire
 		for j := 0; j < len(g); j += step {
-			if want := scale * float32((j+tensor)%251+1); g[j] != want {
+			if want := sumOf(workers, tensor, j, wire); g[j] != want {
 				return fmt.Errorf("worker %d: iteration %d: tensor %d %q element %d is %v, exact sum is %v", rank, it, tensor, tensors[tensor].Name, j, g[j], want)
 			}
 			res.Checked++
 		}
-		if j := len(g) - 1; g[j] != scale*float32((j+tensor)%251+1) {
-			return fmt.Errorf("worker %d: iteration %d: tensor %d %q last element is %v, exact sum is %v", rank, it, tensor, tensors[tensor].Name, g[j], scale*float32((j+tensor)%251+1))
+		if j := len(g) - 1; g[j] != sumOf(workers, tensor, j, wire) {
+			return fmt.Errorf("worker %d: iteration %d: tensor %d %q last element is %v, exact sum is %v", rank, it, tensor, tensors[tensor].Name, g[j], sumOf(workers, tensor, j, wire))
 		}
 		res.Checked++
 		return nil

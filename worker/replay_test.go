@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/ps"
 	"github.com/autobyte/autobyte/sched"
@@ -66,7 +67,7 @@ func TestReplay(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tn := newNet(t, 2, 1, ps.AnswerPush)
-			tensors, err := TensorsOf(p)
+			tensors, err := TensorsOf(p, dtype.F32)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +126,7 @@ func TestReplay(t *testing.T) {
 // replay with an error naming the element and the exact sum.
 func TestReplayDetectsWrongSums(t *testing.T) {
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p)
+	tensors, _ := TensorsOf(p, dtype.F32)
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.corrupt = 1
@@ -156,7 +157,7 @@ func TestReplayDetectsWrongSums(t *testing.T) {
 func TestReplayWaitsForEachLayer(t *testing.T) {
 	const late = 30 * time.Millisecond
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p)
+	tensors, _ := TensorsOf(p, dtype.F32)
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.delay = func(p sched.Piece) time.Duration {
@@ -189,7 +190,7 @@ func TestReplayWaitsForEachLayer(t *testing.T) {
 // checks that its gradients are its own.
 func TestReplaySingleWorker(t *testing.T) {
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p)
+	tensors, _ := TensorsOf(p, dtype.F32)
 	es := start(t, nil, []Config{{Workers: 1, Arch: AllReduce, Tensors: tensors, Logger: quiet}})
 	res, errs, _ := replayAll(t, nil, es, p, 2, VerifyFull)
 	if errs[0] != nil {
@@ -204,7 +205,7 @@ func TestReplaySingleWorker(t *testing.T) {
 func TestReplayCancel(t *testing.T) {
 	p := tinyProfile()
 	p.Layers[0].ForwardS = 10
-	tensors, _ := TensorsOf(p)
+	tensors, _ := TensorsOf(p, dtype.F32)
 	es := start(t, nil, []Config{{Workers: 1, Arch: AllReduce, Tensors: tensors, Logger: quiet}})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan error, 1)
@@ -220,19 +221,19 @@ func TestReplayCancel(t *testing.T) {
 }
 
 func TestTensorsOf(t *testing.T) {
-	got, err := TensorsOf(tinyProfile())
+	got, err := TensorsOf(tinyProfile(), dtype.F32)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Tensor{{"conv.w", 0, 300, 0}, {"conv.b", 0, 7, 0}, {"fc.w", 1, 1000, 0}}
+	want := []Tensor{{"conv.w", 0, 300, dtype.F32}, {"conv.b", 0, 7, dtype.F32}, {"fc.w", 1, 1000, dtype.F32}}
 	if !slices.Equal(got, want) {
 		t.Errorf("TensorsOf = %v, want %v", got, want)
 	}
-	for _, b := range []int{2, 8} {
+	for _, b := range []int{3, 8} {
 		p := tinyProfile()
 		p.BytesPerParam = b
-		if _, err := TensorsOf(p); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d-byte", b)) || !strings.Contains(err.Error(), `"tiny"`) {
-			t.Errorf("TensorsOf(%d-byte profile) = %v, want an error naming the profile and the size", b, err)
+		if _, err := TensorsOf(p, dtype.F32); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d-byte", b)) || !strings.Contains(err.Error(), `"tiny"`) {
+			t.Errorf("TensorsOf(%d-byte profile, dtype.F32) = %v, want an error naming the profile and the size", b, err)
 		}
 		if _, err := Replay(context.Background(), nil, p, 1, VerifyNone, nil); err == nil {
 			t.Errorf("Replay of a %d-byte profile = nil error", b)
@@ -240,7 +241,43 @@ func TestTensorsOf(t *testing.T) {
 	}
 	p := tinyProfile()
 	p.Layers[1].Tensors[0].Params = 1 << 31
-	if _, err := TensorsOf(p); err == nil || !strings.Contains(err.Error(), "2147483648") {
-		t.Errorf("TensorsOf(tensor of 2^31 params) = %v, want an error naming the count", err)
+	if _, err := TensorsOf(p, dtype.F32); err == nil || !strings.Contains(err.Error(), "2147483648") {
+		t.Errorf("TensorsOf(tensor of 2^31 params, dtype.F32) = %v, want an error naming the count", err)
+	}
+}
+
+// TestVerifiableLimit: 16-bit replays verify exactly up to the worker
+// count whose sums stay exact (171 for bfloat16, 1365 for float16), and
+// refuse beyond it, naming the type, the count and the limit; float32 and
+// unverified replays have no such limit.
+func TestVerifiableLimit(t *testing.T) {
+	ts := func(d dtype.DType) []Tensor { return []Tensor{{Name: "w", Elems: 3, Wire: d}} }
+	for _, c := range []struct {
+		d        dtype.DType
+		ok, over int
+	}{{dtype.BF16, 171, 172}, {dtype.F16, 1365, 1366}} {
+		if err := verifiable(ts(c.d), c.ok, VerifyFull); err != nil {
+			t.Errorf("%v, %d workers: %v", c.d, c.ok, err)
+		}
+		err := verifiable(ts(c.d), c.over, VerifySample)
+		if err == nil || !strings.Contains(err.Error(), c.d.String()) || !strings.Contains(err.Error(), fmt.Sprintf("%d workers", c.over)) || !strings.Contains(err.Error(), fmt.Sprintf("at most %d", c.ok)) {
+			t.Errorf("%v, %d workers: %v, want a refusal naming the type, the count and %d", c.d, c.over, err, c.ok)
+		}
+		if err := verifiable(ts(c.d), c.over, VerifyNone); err != nil {
+			t.Errorf("%v unverified: %v", c.d, err)
+		}
+		// The limit is real: the sum of the largest count survives
+		// rounding to the type, and the first integer above the bound
+		// (an odd one) does not.
+		for _, v := range []int{c.ok + c.ok/2, exactLimit(c.d) + 1} {
+			x := []float32{float32(v)}
+			c.d.Round(make([]byte, 2), x)
+			if (x[0] == float32(v)) != (v <= exactLimit(c.d)) {
+				t.Errorf("%v: %d rounds to %v", c.d, v, x[0])
+			}
+		}
+	}
+	if err := verifiable(ts(dtype.F32), 5000, VerifyFull); err != nil {
+		t.Errorf("float32: %v", err)
 	}
 }
