@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/observe"
@@ -41,6 +42,11 @@ type Tensor struct {
 	// forward pass should receive them (lower = more urgent).
 	Layer int `json:"layer"`
 	Elems int `json:"elems"`
+	// Wire is the type its gradient travels in: float32, bfloat16 or
+	// float16 (a 16-bit parameter's own type, or a float32 tensor
+	// compressed). Empty means AUTOBYTE_COMPRESSION's (default float32).
+	// Posted data is float32 whatever the wire.
+	Wire string `json:"wire,omitempty"`
 }
 
 // Request is what a binding sends to Open, as JSON.
@@ -63,6 +69,7 @@ type Request struct {
 //	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, by arch)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
+//	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of tensors that name none
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
@@ -81,6 +88,8 @@ type Settings struct {
 	// EngineTrace, if set, receives the engine's Chrome-trace timeline
 	// (each piece's QUEUE and COMMUNICATION phases).
 	EngineTrace string
+	// Wire is each tensor's wire type (Tensor.Wire, else the compression).
+	Wire []dtype.DType
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -164,12 +173,25 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	default:
 		return s, fmt.Errorf("AUTOBYTE_PS_PULL=%q: want 0 or 1", v)
 	}
+	compression, err := dtype.Parse(get("AUTOBYTE_COMPRESSION"))
+	if err != nil {
+		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=%q: %w", get("AUTOBYTE_COMPRESSION"), err)
+	}
 	prof, err := profileOf(req.Tensors)
 	if err != nil {
 		return s, err
 	}
 	s.Spec = job.Spec{Profile: prof, Arch: arch, Workers: world, Servers: servers, Sched: cfg,
-		ShardBytes: shard, PullMode: pull}
+		ShardBytes: shard, PullMode: pull, Compression: compression}
+	for i, t := range req.Tensors {
+		d := compression
+		if t.Wire != "" {
+			if d, err = dtype.Parse(t.Wire); err != nil {
+				return s, fmt.Errorf("bridge: tensor %d %q: %w", i, t.Name, err)
+			}
+		}
+		s.Wire = append(s.Wire, d)
+	}
 	if err := s.Spec.Validate(); err != nil {
 		return s, err
 	}
@@ -343,7 +365,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	var co job.ConnectOptions
+	co := job.ConnectOptions{Wire: st.Wire}
 	var trace *observe.Observer
 	if st.EngineTrace != "" {
 		if trace, err = observe.New(st.EngineTrace, st.Rank, nil); err != nil {

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/worker"
 )
@@ -63,6 +65,26 @@ func TestParseSettingsDefaults(t *testing.T) {
 	}
 }
 
+// TestParseSettingsWire: a tensor travels in its own wire type if it names
+// one, else in AUTOBYTE_COMPRESSION's, else float32.
+func TestParseSettingsWire(t *testing.T) {
+	ts := []Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 2, Wire: "float32"}, {Name: "c", Layer: 1, Elems: 1, Wire: "bfloat16"}}
+	for comp, want := range map[string][]dtype.DType{
+		"":     {dtype.F32, dtype.F32, dtype.BF16},
+		"none": {dtype.F32, dtype.F32, dtype.BF16},
+		"fp16": {dtype.F16, dtype.F32, dtype.BF16},
+		"bf16": {dtype.BF16, dtype.F32, dtype.BF16},
+	} {
+		st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_COMPRESSION": comp}}, envOf(nil))
+		if err != nil {
+			t.Fatalf("compression %q: %v", comp, err)
+		}
+		if !slices.Equal(st.Wire, want) {
+			t.Errorf("compression %q: wire types %v, want %v", comp, st.Wire, want)
+		}
+	}
+}
+
 func TestParseSettingsErrors(t *testing.T) {
 	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
 	cases := []struct {
@@ -82,6 +104,8 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_PEER_TIMEOUT": "-1s"}, twoTensors, `AUTOBYTE_PEER_TIMEOUT="-1s"`},
 		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
+		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},
+		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Wire: "float64"}}, `tensor 0 "a"`},
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, twoTensors, "MASTER_PORT is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, twoTensors, `MASTER_PORT="99999"`},

@@ -74,6 +74,23 @@ func Parse(s string) (DType, error) {
 	return F32, fmt.Errorf("dtype: unknown element type %q (want none/float32, bf16/bfloat16 or fp16/float16)", s)
 }
 
+// WireOf is the wire type of a model's parameters of bytesPerParam bytes
+// under compression: float32 parameters (4 bytes) travel as compression
+// says (F32: uncompressed), 2-byte parameters as bfloat16 (a model profile
+// does not say which 16-bit type; both have its size).
+func WireOf(bytesPerParam int, compression DType) (DType, error) {
+	if !compression.Valid() {
+		return F32, fmt.Errorf("dtype: unknown compression %v", compression)
+	}
+	switch bytesPerParam {
+	case 4:
+		return compression, nil
+	case 2:
+		return BF16, nil
+	}
+	return F32, fmt.Errorf("dtype: %d-byte parameters; gradients travel as float32 (4 bytes) or 16-bit types (2)", bytesPerParam)
+}
+
 // Scale is the scale exponent for encoding src as d: for F16, e such that
 // the largest finite |x| times 2^e is in [2^14, 2^15) (e at most 127;
 // lower only for data below 2^-112); 0 for other types,

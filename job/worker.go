@@ -8,6 +8,7 @@ import (
 
 	"github.com/autobyte/autobyte/allreduce"
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/transport"
@@ -191,6 +192,11 @@ type ConnectOptions struct {
 	OnDone    func(tensor, iteration int)
 	Observer  worker.Observer
 	Decisions *proto.DecisionLog
+	// Wire, if set, is each tensor's wire type, in worker.TensorsOf's
+	// order, in place of spec.Compression (a binding whose tensors differ:
+	// 16-bit parameters, or a float32 broadcast beside compressed
+	// gradients). Every worker must give the same types.
+	Wire []dtype.DType
 }
 
 // ConnectWith is Connect with every option.
@@ -204,6 +210,17 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 	tensors, err := worker.TensorsOf(spec.Profile, spec.Compression)
 	if err != nil {
 		return nil, err
+	}
+	if co.Wire != nil {
+		if len(co.Wire) != len(tensors) {
+			return nil, fmt.Errorf("job: %d wire types for %d tensors", len(co.Wire), len(tensors))
+		}
+		for i, d := range co.Wire {
+			if !d.Valid() {
+				return nil, fmt.Errorf("job: tensor %d %q: unknown wire type %v", i, tensors[i].Name, d)
+			}
+			tensors[i].Wire = d
+		}
 	}
 	cfg, err := n.transport("worker", rank)
 	if err != nil {

@@ -43,7 +43,7 @@ func LowerBounds(o Options) Bounds {
 	for _, l := range p.Layers {
 		var lb float64
 		for _, t := range l.Tensors {
-			lb += float64(t.Params * int64(p.BytesPerParam))
+			lb += float64(t.Params * o.elemBytes())
 		}
 		bytes = append(bytes, lb)
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/units"
 )
@@ -99,10 +100,7 @@ func (o *Options) Budget() (Estimate, error) {
 	if o.Profile == nil || o.Workers < 1 || o.Iterations < 1 {
 		return e, nil // Validate reports these
 	}
-	elem := int64(o.Profile.BytesPerParam)
-	if elem <= 0 {
-		elem = sched.DefaultElemBytes
-	}
+	elem := o.elemBytes()
 	part := o.Sched.PartitionBytes
 	W, M := float64(o.Workers), float64(o.Servers)
 	var shards float64 // messages one worker pushes per iteration
@@ -226,10 +224,7 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 	if o.Profile == nil || o.Workers < 1 {
 		return r, nil
 	}
-	elem := int64(o.Profile.BytesPerParam)
-	if elem <= 0 {
-		elem = sched.DefaultElemBytes
-	}
+	elem := o.elemBytes()
 	for _, l := range o.Profile.Layers {
 		for _, t := range l.Tensors {
 			if size := t.Params * elem; size > 0 {
@@ -275,4 +270,17 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 			What: fmt.Sprintf("runtime: %.0f processes need an estimated %s of memory, more than the %s this machine has available", procs, units.FormatBytes(int64(r.MemoryBytes)), units.FormatBytes(memoryBytes))}
 	}
 	return r, nil
+}
+
+// elemBytes is the bytes one parameter's gradient takes on the wire: the
+// profile's parameter size, or the compressed type's; Validate reports
+// profiles whose size no wire type has.
+func (o *Options) elemBytes() int64 {
+	if d, err := dtype.WireOf(o.Profile.BytesPerParam, o.Compression); err == nil {
+		return int64(d.Size())
+	}
+	if o.Profile.BytesPerParam > 0 {
+		return int64(o.Profile.BytesPerParam)
+	}
+	return sched.DefaultElemBytes
 }

@@ -36,6 +36,7 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
@@ -63,7 +64,10 @@ func ParseArch(s string) (Arch, error) { return proto.ParseArch(s) }
 type Options struct {
 	Profile *model.Profile
 	Arch    Arch
-	Workers int
+	// Compression is the wire type of float32 gradients (dtype.F32: none;
+	// a 16-bit type halves every piece's bytes).
+	Compression dtype.DType
+	Workers     int
 	// Servers is the number of parameter servers (PS only).
 	Servers int
 	// BandwidthBps is each host's link rate per direction, in bytes/s.
@@ -174,6 +178,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: parameter servers must be >= 1, got %d", o.Servers)
 	case o.Arch == AllReduce && o.Servers != 0:
 		return fmt.Errorf("sim: all-reduce has no servers, got --servers %d", o.Servers)
+	case !o.Compression.Valid():
+		return fmt.Errorf("sim: unknown compression %v", o.Compression)
 	case o.Arch != PS && o.Arch != AllReduce:
 		return fmt.Errorf("sim: unknown architecture %d", int(o.Arch))
 	case !(o.BandwidthBps > 0) || math.IsInf(o.BandwidthBps, 0):
@@ -337,13 +343,14 @@ func newSimulation(o Options) (*simulation, error) {
 	}
 	s.measure = stats.NewCollector(share)
 	var tensors []proto.Tensor
+	elem := o.elemBytes()
 	for l, layer := range p.Layers {
 		var ids []int
 		for _, t := range layer.Tensors {
 			ids = append(ids, len(s.tensors))
-			b := t.Params * int64(p.BytesPerParam)
+			b := t.Params * elem
 			s.tensors = append(s.tensors, tensorInfo{layer: l, bytes: b})
-			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: b, ElemBytes: p.BytesPerParam})
+			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: b, ElemBytes: int(elem)})
 		}
 		s.layerT = append(s.layerT, ids)
 		s.fwdS = append(s.fwdS, layer.ForwardS)
@@ -752,7 +759,7 @@ func (s *simulation) result() *Result {
 func (s *simulation) piecesPerIteration() int {
 	n := 0
 	for _, t := range s.tensors {
-		n += int(sched.PieceCount(t.bytes, int64(s.o.Profile.BytesPerParam), s.configAt(s.o.Iterations-1).PartitionBytes))
+		n += int(sched.PieceCount(t.bytes, s.o.elemBytes(), s.configAt(s.o.Iterations-1).PartitionBytes))
 	}
 	return n
 }

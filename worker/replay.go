@@ -35,17 +35,9 @@ type ReplayResult struct {
 // profile of 4-byte parameters travels as compression says (float32 for
 // none); one of 2-byte parameters is a bfloat16 model and travels so.
 func TensorsOf(p *model.Profile, compression dtype.DType) ([]Tensor, error) {
-	var wire dtype.DType
-	switch p.BytesPerParam {
-	case 4:
-		wire = compression
-	case 2:
-		wire = dtype.BF16
-	default:
-		return nil, fmt.Errorf("worker: profile %q has %d-byte parameters; the runtime moves float32 (4 bytes) or bfloat16 (2)", p.Name, p.BytesPerParam)
-	}
-	if !wire.Valid() {
-		return nil, fmt.Errorf("worker: unknown compression %v", compression)
+	wire, err := dtype.WireOf(p.BytesPerParam, compression)
+	if err != nil {
+		return nil, fmt.Errorf("worker: profile %q: %w", p.Name, err)
 	}
 	var ts []Tensor
 	for l, layer := range p.Layers {

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/supervise"
@@ -48,6 +49,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 		}
 	} else {
 		set("AUTOBYTE_ARCH", "allreduce")
+	}
+	if spec.Compression != dtype.F32 {
+		set("AUTOBYTE_COMPRESSION", spec.Compression.String())
 	}
 	switch {
 	case spec.Sched.PartitionBytes == 0 && spec.Sched.CreditBytes == 0 && spec.Sched.Order == sched.OrderFIFO:

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
@@ -42,6 +43,7 @@ type scenarioFlags struct {
 	seed                 uint64
 	bandwidthTrace       string
 	computeTrace         string
+	compression          string
 	stragglers           []string
 }
 
@@ -60,6 +62,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
+	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
 	fs.Float64Var(&f.jitter, "jitter", 0, "sim: slow each compute step by a random factor in [1, 1+jitter)")
@@ -275,7 +278,11 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, err
 		}
 	}
-	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
+	compression, err := dtype.Parse(f.compression)
+	if err != nil {
+		return o, fmt.Errorf("--compression: %w", err)
+	}
+	o = sim.Options{Profile: p, Arch: arch, Compression: compression, Workers: f.workers, Servers: servers,
 		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
 		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
 	if err := f.dynamics(&o); err != nil {
