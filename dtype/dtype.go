@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"unsafe"
 
 	"github.com/autobyte/autobyte/transport"
 	"github.com/x448/float16"
@@ -124,6 +125,13 @@ func (d DType) Encode(dst []byte, src []float32, exp int) {
 	case F32:
 		transport.PutFloat32s(dst, src)
 	case BF16:
+		if u, ok := u16s(dst); ok {
+			u = u[:len(src)]
+			for i, v := range src {
+				u[i] = bf16(v)
+			}
+			return
+		}
 		for i, v := range src {
 			put16(dst, i, bf16(v))
 		}
@@ -136,6 +144,13 @@ func (d DType) Encode(dst []byte, src []float32, exp int) {
 			return
 		}
 		s := float32(math.Ldexp(1, exp))
+		if u, ok := u16s(dst); ok {
+			u = u[:len(src)]
+			for i, v := range src {
+				u[i] = f32to16(v * s)
+			}
+			return
+		}
 		for i, v := range src {
 			put16(dst, i, f32to16(v*s))
 		}
@@ -150,11 +165,26 @@ func (d DType) Decode(dst []float32, src []byte, exp int) {
 	case F32:
 		transport.Float32s(dst, src)
 	case BF16:
+		if u, ok := u16s(src); ok {
+			u = u[:len(dst)]
+			for i, h := range u {
+				dst[i] = math.Float32frombits(uint32(h) << 16)
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] = math.Float32frombits(uint32(get16(src, i)) << 16)
 		}
 	case F16:
 		s := math.Ldexp(1, -exp)
+		if u, ok := u16s(src); ok && exp >= -126 && exp <= 127 {
+			sf := float32(s) // see Add
+			u = u[:len(dst)]
+			for i, h := range u {
+				dst[i] = f16[h] * sf
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] = float32(float64(f16[get16(src, i)]) * s)
 		}
@@ -168,11 +198,29 @@ func (d DType) Add(dst []float32, src []byte, exp int) {
 	case F32:
 		transport.AddFloat32s(dst, src)
 	case BF16:
+		if u, ok := u16s(src); ok {
+			u = u[:len(dst)]
+			for i, h := range u {
+				dst[i] += math.Float32frombits(uint32(h) << 16)
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] += math.Float32frombits(uint32(get16(src, i)) << 16)
 		}
 	case F16:
 		s := math.Ldexp(1, -exp)
+		if u, ok := u16s(src); ok && exp >= -126 && exp <= 127 {
+			// The scale is a float32 power of two: multiplying in float32
+			// is exact unless the product is subnormal, where float64's
+			// product rounded to float32 gives the same value.
+			sf := float32(s)
+			u = u[:len(dst)]
+			for i, h := range u {
+				dst[i] += f16[h] * sf
+			}
+			return
+		}
 		for i := range dst {
 			dst[i] += float32(float64(f16[get16(src, i)]) * s)
 		}
@@ -236,6 +284,20 @@ func f32to16(v float32) uint16 {
 		return sign | uint16(x>>13)
 	}
 }
+
+// u16s views b as little-endian uint16s where this machine's are (and b
+// is aligned), so the loops above skip the byte shuffling.
+func u16s(b []byte) ([]uint16, bool) {
+	if !littleEndian || len(b) == 0 || uintptr(unsafe.Pointer(unsafe.SliceData(b)))%2 != 0 {
+		return nil, false
+	}
+	return unsafe.Slice((*uint16)(unsafe.Pointer(unsafe.SliceData(b))), len(b)/2), true
+}
+
+var littleEndian = func() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}()
 
 func put16(b []byte, i int, v uint16) { b[2*i], b[2*i+1] = byte(v), byte(v>>8) }
 func get16(b []byte, i int) uint16    { return uint16(b[2*i]) | uint16(b[2*i+1])<<8 }

@@ -178,6 +178,41 @@ func TestAddThenRoundOnce(t *testing.T) {
 	}
 }
 
+// The byte-wise loops (unaligned buffers, big-endian machines) and the
+// uint16 views give the same bits, at scales inside and outside float32's
+// exponent range.
+func TestUnalignedMatchesAligned(t *testing.T) {
+	rng := rand.New(rand.NewSource(3))
+	src := make([]float32, 101)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64() * math.Pow(2, float64(rng.Intn(40)-20)))
+	}
+	for _, d := range []DType{BF16, F16} {
+		for _, exp := range []int{0, 9, -30, 127, 140} {
+			if d == BF16 && exp != 0 {
+				continue
+			}
+			aligned := make([]byte, 2*len(src))
+			odd := make([]byte, 2*len(src)+1)[1:]
+			d.Encode(aligned, src, exp)
+			d.Encode(odd, src, exp)
+			if string(aligned) != string(odd) {
+				t.Fatalf("%v exp %d: Encode differs between aligned and unaligned buffers", d, exp)
+			}
+			a, b := make([]float32, len(src)), make([]float32, len(src))
+			d.Decode(a, aligned, exp)
+			d.Decode(b, odd, exp)
+			d.Add(a, aligned, exp)
+			d.Add(b, odd, exp)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+					t.Fatalf("%v exp %d element %d: %v aligned, %v unaligned", d, exp, i, a[i], b[i])
+				}
+			}
+		}
+	}
+}
+
 func TestSizesMismatchPanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
