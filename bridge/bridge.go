@@ -42,10 +42,11 @@ type Tensor struct {
 	// forward pass should receive them (lower = more urgent).
 	Layer int `json:"layer"`
 	Elems int `json:"elems"`
-	// Wire is the type its gradient travels in: float32, bfloat16 or
-	// float16 (a 16-bit parameter's own type, or a float32 tensor
-	// compressed). Empty means AUTOBYTE_COMPRESSION's (default float32).
-	// Posted data is float32 whatever the wire.
+	// Wire pins the type its gradient travels in: bfloat16 or float16 (a
+	// 16-bit parameter's own type), or float32 (never compressed, e.g. a
+	// broadcast that must stay exact). Empty: a float32 gradient that
+	// travels in the configuration's compression (AUTOBYTE_COMPRESSION,
+	// or what a tuner chooses). Posted data is float32 whatever the wire.
 	Wire string `json:"wire,omitempty"`
 }
 
@@ -69,7 +70,7 @@ type Request struct {
 //	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, by arch)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
-//	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of tensors that name none
+//	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of float32 gradients no tensor pins
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
@@ -88,8 +89,8 @@ type Settings struct {
 	// EngineTrace, if set, receives the engine's Chrome-trace timeline
 	// (each piece's QUEUE and COMMUNICATION phases).
 	EngineTrace string
-	// Wire is each tensor's wire type (Tensor.Wire, else the compression).
-	Wire []dtype.DType
+	// Tensors are the engine's tensors, with the types Tensor.Wire pins.
+	Tensors []worker.Tensor
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -173,8 +174,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	default:
 		return s, fmt.Errorf("AUTOBYTE_PS_PULL=%q: want 0 or 1", v)
 	}
-	compression, err := dtype.Parse(get("AUTOBYTE_COMPRESSION"))
-	if err != nil {
+	if cfg.Compression, err = dtype.Parse(get("AUTOBYTE_COMPRESSION")); err != nil {
 		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=%q: %w", get("AUTOBYTE_COMPRESSION"), err)
 	}
 	prof, err := profileOf(req.Tensors)
@@ -182,15 +182,16 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		return s, err
 	}
 	s.Spec = job.Spec{Profile: prof, Arch: arch, Workers: world, Servers: servers, Sched: cfg,
-		ShardBytes: shard, PullMode: pull, Compression: compression}
+		ShardBytes: shard, PullMode: pull}
 	for i, t := range req.Tensors {
-		d := compression
+		et := worker.Tensor{Name: t.Name, Layer: t.Layer, Elems: t.Elems}
 		if t.Wire != "" {
-			if d, err = dtype.Parse(t.Wire); err != nil {
+			if et.Wire, err = dtype.Parse(t.Wire); err != nil {
 				return s, fmt.Errorf("bridge: tensor %d %q: %w", i, t.Name, err)
 			}
+			et.Exact = true
 		}
-		s.Wire = append(s.Wire, d)
+		s.Tensors = append(s.Tensors, et)
 	}
 	if err := s.Spec.Validate(); err != nil {
 		return s, err
@@ -365,7 +366,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 	if err != nil {
 		return nil, err
 	}
-	co := job.ConnectOptions{Wire: st.Wire}
+	co := job.ConnectOptions{Tensors: st.Tensors}
 	var trace *observe.Observer
 	if st.EngineTrace != "" {
 		if trace, err = observe.New(st.EngineTrace, st.Rank, nil); err != nil {

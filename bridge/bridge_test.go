@@ -65,22 +65,20 @@ func TestParseSettingsDefaults(t *testing.T) {
 	}
 }
 
-// TestParseSettingsWire: a tensor travels in its own wire type if it names
-// one, else in AUTOBYTE_COMPRESSION's, else float32.
+// TestParseSettingsWire: AUTOBYTE_COMPRESSION is the initial
+// configuration's compression; a tensor that names its wire type is
+// pinned to it, the others are float32 gradients the compression applies
+// to.
 func TestParseSettingsWire(t *testing.T) {
 	ts := []Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 2, Wire: "float32"}, {Name: "c", Layer: 1, Elems: 1, Wire: "bfloat16"}}
-	for comp, want := range map[string][]dtype.DType{
-		"":     {dtype.F32, dtype.F32, dtype.BF16},
-		"none": {dtype.F32, dtype.F32, dtype.BF16},
-		"fp16": {dtype.F16, dtype.F32, dtype.BF16},
-		"bf16": {dtype.BF16, dtype.F32, dtype.BF16},
-	} {
+	want := []worker.Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 2, Wire: dtype.F32, Exact: true}, {Name: "c", Layer: 1, Elems: 1, Wire: dtype.BF16, Exact: true}}
+	for comp, d := range map[string]dtype.DType{"": dtype.F32, "none": dtype.F32, "fp16": dtype.F16, "bf16": dtype.BF16} {
 		st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_COMPRESSION": comp}}, envOf(nil))
 		if err != nil {
 			t.Fatalf("compression %q: %v", comp, err)
 		}
-		if !slices.Equal(st.Wire, want) {
-			t.Errorf("compression %q: wire types %v, want %v", comp, st.Wire, want)
+		if st.Spec.Sched.Compression != d || !slices.Equal(st.Tensors, want) {
+			t.Errorf("compression %q: %v and tensors %+v, want %v and %+v", comp, st.Spec.Sched.Compression, st.Tensors, d, want)
 		}
 	}
 }

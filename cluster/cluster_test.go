@@ -7,20 +7,30 @@ import (
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
 
 func TestAnnounceRoundTrip(t *testing.T) {
-	p := sched.Piece{PieceID: sched.PieceID{Iteration: 7, Tensor: 12, Index: 3}, Layer: 4, Count: 5, Offset: 400, Bytes: 96, Epoch: 2}
-	got, err := DecodeAnnounce(AnnounceFrame(p))
+	p := sched.Piece{PieceID: sched.PieceID{Iteration: 7, Tensor: 12, Index: 3}, Layer: 4, Count: 5, Offset: 400, Bytes: 96, Epoch: 2, Compression: dtype.F16}
+	h, err := transport.DecodeHeader(AnnounceFrame(p).Header.Append(nil)) // through the wire format
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.PieceID != p.PieceID || got.Layer != p.Layer || got.Count != p.Count || got.Offset != p.Offset || got.Bytes != p.Bytes || got.Epoch != p.Epoch {
+	got, err := DecodeAnnounce(transport.Frame{Header: h, Payload: AnnounceFrame(p).Payload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.PieceID != p.PieceID || got.Layer != p.Layer || got.Count != p.Count || got.Offset != p.Offset || got.Bytes != p.Bytes || got.Epoch != p.Epoch || got.Compression != p.Compression {
 		t.Errorf("round trip: got %+v, want %+v", got, p)
 	}
 	bad := AnnounceFrame(p)
+	bad.Elem = 9
+	if _, err := DecodeAnnounce(bad); err == nil || !strings.Contains(err.Error(), "compression dtype(9)") {
+		t.Errorf("unknown compression: %v", err)
+	}
+	bad = AnnounceFrame(p)
 	bad.Payload = bad.Payload[:8]
 	if _, err := DecodeAnnounce(bad); err == nil || !strings.Contains(err.Error(), "8 payload bytes") {
 		t.Errorf("short announcement: %v", err)

@@ -14,6 +14,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
@@ -58,7 +59,7 @@ func AnnounceFrame(p sched.Piece) transport.Frame {
 	binary.LittleEndian.PutUint64(payload[8:], uint64(p.Bytes))
 	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlAnnounce,
 		Epoch: uint32(p.Epoch), Iteration: uint32(p.Iteration), Key: uint32(p.Tensor), Piece: uint32(p.Index),
-		Offset: uint64(p.Offset), Length: 16}, Payload: payload}
+		Offset: uint64(p.Offset), Length: 16, Elem: uint8(p.Compression)}, Payload: payload}
 }
 
 // DecodeAnnounce is the inverse of AnnounceFrame.
@@ -73,9 +74,11 @@ func DecodeAnnounce(f transport.Frame) (sched.Piece, error) {
 		Bytes:   int64(binary.LittleEndian.Uint64(f.Payload[8:])),
 		Offset:  int64(f.Offset),
 		Epoch:   int(f.Epoch),
+
+		Compression: dtype.DType(f.Elem),
 	}
-	if p.Count < 1 || p.Index >= p.Count || p.Bytes <= 0 {
-		return sched.Piece{}, fmt.Errorf("cluster: bad piece announcement: piece %d of %d, %d bytes", p.Index, p.Count, p.Bytes)
+	if p.Count < 1 || p.Index >= p.Count || p.Bytes <= 0 || !p.Compression.Valid() {
+		return sched.Piece{}, fmt.Errorf("cluster: bad piece announcement: piece %d of %d, %d bytes, compression %v", p.Index, p.Count, p.Bytes, p.Compression)
 	}
 	return p, nil
 }
@@ -96,7 +99,7 @@ const reconfigureLen = 24
 // ReconfigureFrame encodes r for the followers: Header.Epoch is r.Epoch,
 // Header.Iteration is r.From, and the 24-byte little-endian payload holds
 // PartitionBytes (int64), CreditBytes (int64), Order (uint32) and
-// Admission (uint32). Its priority is 0, that of piece announcements, so on
+// Admission (uint32); Header.Elem is the Compression. Its priority is 0, that of piece announcements, so on
 // one connection the two keep the order they were sent in.
 func ReconfigureFrame(r Reconfiguration) transport.Frame {
 	payload := make([]byte, reconfigureLen)
@@ -105,7 +108,7 @@ func ReconfigureFrame(r Reconfiguration) transport.Frame {
 	binary.LittleEndian.PutUint32(payload[16:], uint32(r.Config.Order))
 	binary.LittleEndian.PutUint32(payload[20:], uint32(r.Config.Admission))
 	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlReconfigure,
-		Epoch: uint32(r.Epoch), Iteration: uint32(r.From), Length: reconfigureLen}, Payload: payload}
+		Epoch: uint32(r.Epoch), Iteration: uint32(r.From), Length: reconfigureLen, Elem: uint8(r.Config.Compression)}, Payload: payload}
 }
 
 // DecodeReconfigure is the inverse of ReconfigureFrame. It refuses any
@@ -123,6 +126,7 @@ func DecodeReconfigure(f transport.Frame) (Reconfiguration, error) {
 		CreditBytes:    int64(binary.LittleEndian.Uint64(f.Payload[8:])),
 		Order:          sched.Order(binary.LittleEndian.Uint32(f.Payload[16:])),
 		Admission:      sched.Admission(binary.LittleEndian.Uint32(f.Payload[20:])),
+		Compression:    dtype.DType(f.Elem),
 	}}
 	if r.Epoch < 1 {
 		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration from iteration %d: epoch %d (changes start at epoch 1)", r.From, r.Epoch)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 )
@@ -17,6 +18,8 @@ func TestReconfigureRoundTrip(t *testing.T) {
 		{Epoch: 1, From: 0, Config: sched.Config{}},
 		{Epoch: 2, From: 7, Config: sched.Config{PartitionBytes: 4096, CreditBytes: 16384, Order: sched.OrderPriority, Admission: sched.AdmitStrict}},
 		{Epoch: 3, From: math.MaxUint32, Config: sched.Config{PartitionBytes: math.MaxInt64, CreditBytes: 1, Order: sched.OrderFIFO, Admission: sched.AdmitPositive}},
+		{Epoch: 4, From: 9, Config: sched.Config{PartitionBytes: 10, Order: sched.OrderPriority, Compression: dtype.BF16}},
+		{Epoch: 5, From: 10, Config: sched.Config{Order: sched.OrderPriority, Compression: dtype.F16}},
 	} {
 		f := ReconfigureFrame(r)
 		if f.Priority != 0 {

@@ -35,7 +35,7 @@ func TestCompressedAggregation(t *testing.T) {
 			for _, d := range []dtype.DType{dtype.BF16, dtype.F16} {
 				t.Run(fmt.Sprintf("arch%d/w%d/%v", arch, workers, d), func(t *testing.T) {
 					c := spec
-					c.Compression = d
+					c.Sched.Compression = d
 					sums, err := runCluster(t, c, worker.VerifyFull)
 					if err != nil {
 						t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
@@ -95,6 +96,8 @@ const conformanceShardBytes = 5_000
 func conformanceScenarios() []conformanceScenario {
 	bs := sched.Config{PartitionBytes: 8_000, CreditBytes: 20_000, Order: sched.OrderPriority}
 	finer := sched.Config{PartitionBytes: 3_000, CreditBytes: 8_000, Order: sched.OrderPriority, Admission: sched.AdmitStrict}
+	compressed := bs
+	compressed.Compression = dtype.BF16
 	return []conformanceScenario{
 		{name: "ps/fifo", arch: worker.PS, workers: 3, servers: 2, cfg: sched.Config{}},
 		{name: "ps/bytescheduler", arch: worker.PS, workers: 3, servers: 2, cfg: bs},
@@ -102,6 +105,8 @@ func conformanceScenarios() []conformanceScenario {
 		{name: "allreduce/fifo", arch: worker.AllReduce, workers: 3, cfg: sched.Config{}},
 		{name: "allreduce/bytescheduler", arch: worker.AllReduce, workers: 3, cfg: bs},
 		{name: "allreduce/bytescheduler+change", arch: worker.AllReduce, workers: 3, cfg: bs, change: &finer},
+		{name: "ps/compression on", arch: worker.PS, workers: 3, servers: 2, cfg: bs, change: &compressed},
+		{name: "allreduce/compression off", arch: worker.AllReduce, workers: 3, cfg: compressed, change: &bs},
 	}
 }
 

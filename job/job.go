@@ -20,7 +20,6 @@ import (
 
 	"golang.org/x/time/rate"
 
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -63,10 +62,6 @@ type Spec struct {
 	Iterations int
 	// PullMode makes PS workers pull each sum separately.
 	PullMode bool
-	// Compression is the type a replaying worker's float32 gradients
-	// travel in (dtype.F32: none). A scripted worker's plugin reads it
-	// from AUTOBYTE_COMPRESSION.
-	Compression dtype.DType
 }
 
 // ServerDigest identifies the part of the spec a parameter server needs:
@@ -105,8 +100,7 @@ func (s Spec) Digest() string {
 		Shard      int64
 		Iterations int
 		Pull       bool
-		Wire       dtype.DType
-	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.Iterations, s.PullMode, s.Compression})
+	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.Iterations, s.PullMode})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:6])
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/autobyte/autobyte/allreduce"
 	"github.com/autobyte/autobyte/cluster"
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/transport"
@@ -192,11 +191,12 @@ type ConnectOptions struct {
 	OnDone    func(tensor, iteration int)
 	Observer  worker.Observer
 	Decisions *proto.DecisionLog
-	// Wire, if set, is each tensor's wire type, in worker.TensorsOf's
-	// order, in place of spec.Compression (a binding whose tensors differ:
-	// 16-bit parameters, or a float32 broadcast beside compressed
-	// gradients). Every worker must give the same types.
-	Wire []dtype.DType
+	// Tensors, if set, are the engine's tensors in place of those of
+	// worker.TensorsOf(spec.Profile): the same names, layers and sizes,
+	// with their own wire types (a binding's 16-bit parameters, or a
+	// float32 broadcast kept exact beside compressed gradients). Every
+	// worker must give the same types.
+	Tensors []worker.Tensor
 }
 
 // ConnectWith is Connect with every option.
@@ -207,20 +207,20 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 	if rank < 0 || rank >= spec.Workers {
 		return nil, fmt.Errorf("job: rank %d out of range for %d workers", rank, spec.Workers)
 	}
-	tensors, err := worker.TensorsOf(spec.Profile, spec.Compression)
+	tensors, err := worker.TensorsOf(spec.Profile)
 	if err != nil {
 		return nil, err
 	}
-	if co.Wire != nil {
-		if len(co.Wire) != len(tensors) {
-			return nil, fmt.Errorf("job: %d wire types for %d tensors", len(co.Wire), len(tensors))
+	if co.Tensors != nil {
+		if len(co.Tensors) != len(tensors) {
+			return nil, fmt.Errorf("job: %d tensors given for a profile of %d", len(co.Tensors), len(tensors))
 		}
-		for i, d := range co.Wire {
-			if !d.Valid() {
-				return nil, fmt.Errorf("job: tensor %d %q: unknown wire type %v", i, tensors[i].Name, d)
+		for i, t := range co.Tensors {
+			if w := tensors[i]; t.Name != w.Name || t.Layer != w.Layer || t.Elems != w.Elems {
+				return nil, fmt.Errorf("job: tensor %d is %q (layer %d, %d elements), but the profile's is %q (layer %d, %d elements)", i, t.Name, t.Layer, t.Elems, w.Name, w.Layer, w.Elems)
 			}
-			tensors[i].Wire = d
 		}
+		tensors = co.Tensors
 	}
 	cfg, err := n.transport("worker", rank)
 	if err != nil {

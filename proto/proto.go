@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/placement"
 	"github.com/autobyte/autobyte/sched"
 )
@@ -70,9 +71,12 @@ type Tensor struct {
 	Layer int
 	// Bytes is the gradient's size on the wire.
 	Bytes int64
-	// ElemBytes is the size of one element on the wire (its dtype's
-	// width); pieces and shards hold whole elements. 0 means 4 (float32).
+	// ElemBytes is the size of one of its elements (its dtype's width);
+	// pieces and shards hold whole elements. 0 means 4 (float32).
 	ElemBytes int
+	// Compressible: float32 gradients that travel in the epoch's
+	// compression type (sched.Task.Cut).
+	Compressible bool
 }
 
 func (t Tensor) elemBytes() int64 {
@@ -80,6 +84,11 @@ func (t Tensor) elemBytes() int64 {
 		return sched.DefaultElemBytes
 	}
 	return int64(t.ElemBytes)
+}
+
+// task is tensor's task of iteration.
+func (t Tensor) task(tensor, iteration int) sched.Task {
+	return sched.Task{Iteration: iteration, Tensor: tensor, Layer: t.Layer, Bytes: t.Bytes, ElemBytes: int(t.elemBytes()), Compressible: t.Compressible}
 }
 
 // Config describes one worker of a job.
@@ -101,12 +110,18 @@ type Config struct {
 	Plans *Plans
 }
 
-// Plans caches placements by partition size for machines with the same
+// Plans caches placements by partition size and compression (what the
+// tensors' sizes on the wire depend on) for machines with the same
 // tensors, servers and shard bound. It is not safe for concurrent use.
-type Plans struct{ byPartition map[int64]*placement.Plan }
+type Plans struct{ byCut map[planKey]*placement.Plan }
+
+type planKey struct {
+	partition   int64
+	compression dtype.DType
+}
 
 // NewPlans returns an empty cache.
-func NewPlans() *Plans { return &Plans{byPartition: map[int64]*placement.Plan{}} }
+func NewPlans() *Plans { return &Plans{byCut: map[planKey]*placement.Plan{}} }
 
 // Epoch is a configuration epoch: the configuration every task of
 // iteration From and later is cut and admitted with (until the next epoch).
@@ -311,7 +326,7 @@ func (w *Worker) Post(tensor, iteration int) error {
 		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d, want >= 0", w.cfg.Rank, tensor, iteration)
 	}
 	t := w.cfg.Tensors[tensor]
-	task := sched.Task{Iteration: iteration, Tensor: tensor, Layer: t.Layer, Bytes: t.Bytes, ElemBytes: int(t.elemBytes())}
+	task := t.task(tensor, iteration)
 	var err error
 	if w.leader != nil {
 		err = w.leader.Post(task)
@@ -481,20 +496,22 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 	if epoch < 0 || epoch >= len(w.epochs) {
 		return nil, fmt.Errorf("proto: worker %d: piece of configuration epoch %d, but epochs here are 0..%d", w.cfg.Rank, epoch, len(w.epochs)-1)
 	}
-	part := w.epochs[epoch].Config.PartitionBytes
-	if pl, ok := w.plans.byPartition[part]; ok {
+	cfg := w.epochs[epoch].Config
+	key := planKey{cfg.PartitionBytes, cfg.Compression}
+	if pl, ok := w.plans.byCut[key]; ok {
 		return pl, nil
 	}
-	in := placement.Inputs{PartitionBytes: part, ShardBytes: w.cfg.ShardBytes, Servers: w.cfg.Servers}
-	for _, t := range w.cfg.Tensors {
-		in.TensorBytes = append(in.TensorBytes, t.Bytes)
-		in.TensorElemBytes = append(in.TensorElemBytes, t.elemBytes())
+	in := placement.Inputs{PartitionBytes: cfg.PartitionBytes, ShardBytes: w.cfg.ShardBytes, Servers: w.cfg.Servers}
+	for i, t := range w.cfg.Tensors {
+		bytes, elem, _ := t.task(i, 0).Cut(cfg)
+		in.TensorBytes = append(in.TensorBytes, bytes)
+		in.TensorElemBytes = append(in.TensorElemBytes, elem)
 	}
 	pl, err := placement.Place(in)
 	if err != nil {
 		return nil, fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
 	}
-	w.plans.byPartition[part] = pl
+	w.plans.byCut[key] = pl
 	return pl, nil
 }
 
@@ -556,17 +573,18 @@ func (w *Worker) checkAnnounced(p sched.Piece) error {
 		return fmt.Errorf("proto: worker %d: rank 0 announced a piece of tensor %d iteration %d, but there are %d tensors", w.cfg.Rank, p.Tensor, p.Iteration, len(w.cfg.Tensors))
 	}
 	t := w.cfg.Tensors[p.Tensor]
-	elem := t.elemBytes()
-	part := w.epochs[p.Epoch].Config.PartitionBytes
-	count := sched.PieceCount(t.Bytes, elem, part)
+	cfg := w.epochs[p.Epoch].Config
+	bytes, elem, comp := t.task(p.Tensor, p.Iteration).Cut(cfg)
+	part := cfg.PartitionBytes
+	count := sched.PieceCount(bytes, elem, part)
 	i := int64(p.Index)
-	if int64(p.Count) != count || i < 0 || i >= count || p.Layer != t.Layer {
-		return fmt.Errorf("proto: worker %d: rank 0 announced piece %d of %d of tensor %d (layer %d) iteration %d in epoch %d, but epoch %d's partition of %d bytes cuts the %d-byte tensor of layer %d into %d pieces",
-			w.cfg.Rank, p.Index, p.Count, p.Tensor, p.Layer, p.Iteration, p.Epoch, p.Epoch, part, t.Bytes, t.Layer, count)
+	if int64(p.Count) != count || i < 0 || i >= count || p.Layer != t.Layer || p.Compression != comp {
+		return fmt.Errorf("proto: worker %d: rank 0 announced piece %d of %d of tensor %d (layer %d, %v) iteration %d in epoch %d, but epoch %d's partition of %d bytes cuts the %d-byte tensor of layer %d (%v) into %d pieces",
+			w.cfg.Rank, p.Index, p.Count, p.Tensor, p.Layer, p.Compression, p.Iteration, p.Epoch, p.Epoch, part, bytes, t.Layer, comp, count)
 	}
-	elems := t.Bytes / elem
+	elems := bytes / elem
 	off := elem * (i*(elems/count) + min(i, elems%count))
-	if n := sched.PieceBytes(t.Bytes, elem, count, i); p.Offset != off || p.Bytes != n {
+	if n := sched.PieceBytes(bytes, elem, count, i); p.Offset != off || p.Bytes != n {
 		return fmt.Errorf("proto: worker %d: rank 0 announced piece %d of tensor %d iteration %d in epoch %d as bytes [%d,%d), want [%d,%d)",
 			w.cfg.Rank, p.Index, p.Tensor, p.Iteration, p.Epoch, p.Offset, p.Offset+p.Bytes, off, off+n)
 	}

@@ -12,7 +12,11 @@
 // not safe for concurrent use.
 package sched
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/autobyte/autobyte/dtype"
+)
 
 // Order is the order in which ready pieces are started.
 type Order int
@@ -79,6 +83,10 @@ type Config struct {
 	CreditBytes int64
 	Order       Order
 	Admission   Admission
+	// Compression is the wire type of compressible tasks' elements
+	// (float32 gradients): dtype.F32 sends them as they are, a 16-bit
+	// type in half the bytes.
+	Compression dtype.DType
 }
 
 // Validate reports the first invalid field of c.
@@ -95,6 +103,9 @@ func (c Config) Validate() error {
 	if c.Admission != AdmitPositive && c.Admission != AdmitStrict {
 		return fmt.Errorf("sched: unknown admission rule %d", int(c.Admission))
 	}
+	if !c.Compression.Valid() {
+		return fmt.Errorf("sched: unknown compression %v", c.Compression)
+	}
 	return nil
 }
 
@@ -110,6 +121,25 @@ type Task struct {
 	// ElemBytes is the size of one element; pieces hold whole elements.
 	// 0 means DefaultElemBytes.
 	ElemBytes int
+	// Compressible: the elements are float32 values that travel in the
+	// configuration's Compression type (see Cut).
+	Compressible bool
+}
+
+// Cut is how t travels under cfg: its size in bytes, its element size
+// and the compression its pieces carry (dtype.F32: its own elements). A
+// compressible task of 4-byte elements under a 16-bit Compression takes
+// that type's size per element; any other task travels as it is.
+func (t Task) Cut(cfg Config) (bytes, elemBytes int64, compression dtype.DType) {
+	elem := int64(t.ElemBytes)
+	if elem == 0 {
+		elem = DefaultElemBytes
+	}
+	if !t.Compressible || cfg.Compression == dtype.F32 || elem != 4 {
+		return t.Bytes, elem, dtype.F32
+	}
+	size := int64(cfg.Compression.Size())
+	return t.Bytes / elem * size, size, cfg.Compression
 }
 
 // PieceID names a piece uniquely among those in a Scheduler.
@@ -129,7 +159,10 @@ type Piece struct {
 	// (0 for the initial configuration, +1 for each applied change), so
 	// peers can tell pieces of different partitionings apart.
 	Epoch int
-	seq   uint64
+	// Compression is the type the piece's elements travel in, when the
+	// epoch compresses its task (Task.Cut); dtype.F32: the task's own.
+	Compression dtype.DType
+	seq         uint64
 }
 
 // PieceCount is how many pieces a tensor of size bytes is cut into under a
@@ -203,16 +236,17 @@ func (s *Scheduler) Post(t Task) error {
 		s.apply(cfg)
 	}
 	tid := taskID{iteration: t.Iteration, tensor: t.Tensor}
-	count := PieceCount(t.Bytes, elem, s.cfg.PartitionBytes)
+	bytes, elem, comp := t.Cut(s.cfg)
+	count := PieceCount(bytes, elem, s.cfg.PartitionBytes)
 	s.left[tid] = int(count)
 	var off int64
 	for i := int64(0); i < count; i++ {
-		n := PieceBytes(t.Bytes, elem, count, i)
+		n := PieceBytes(bytes, elem, count, i)
 		s.seq++
 		s.ready.push(Piece{
 			PieceID: PieceID{Iteration: t.Iteration, Tensor: t.Tensor, Index: int(i)},
 			Layer:   t.Layer, Count: int(count), Offset: off, Bytes: n,
-			Epoch: s.epoch, seq: s.seq,
+			Epoch: s.epoch, Compression: comp, seq: s.seq,
 		})
 		off += n
 	}

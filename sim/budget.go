@@ -272,11 +272,11 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 	return r, nil
 }
 
-// elemBytes is the bytes one parameter's gradient takes on the wire: the
-// profile's parameter size, or the compressed type's; Validate reports
-// profiles whose size no wire type has.
+// elemBytes is the bytes one parameter's gradient takes on the wire under
+// the initial configuration: the profile's parameter size, or its
+// compression type's.
 func (o *Options) elemBytes() int64 {
-	if d, err := dtype.WireOf(o.Profile.BytesPerParam, o.Compression); err == nil {
+	if d, err := dtype.WireOf(o.Profile.BytesPerParam, o.Sched.Compression); err == nil {
 		return int64(d.Size())
 	}
 	if o.Profile.BytesPerParam > 0 {

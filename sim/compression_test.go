@@ -40,7 +40,7 @@ func TestCompressionHalvesBytes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		o.Compression = dtype.BF16
+		o.Sched.Compression = dtype.BF16
 		half, err := Run(o)
 		if err != nil {
 			t.Fatal(err)
@@ -56,12 +56,12 @@ func TestCompressionHalvesBytes(t *testing.T) {
 	bf.BytesPerParam = 2
 	o := Options{Profile: &bf, Arch: PS, Workers: 2, Servers: 1, BandwidthBps: 125e6, Iterations: 2, Sched: cfg(PS)}
 	a, _ := Run(o)
-	o.Compression = dtype.F16
+	o.Sched.Compression = dtype.F16
 	b, _ := Run(o)
 	if a == nil || b == nil || total(a.Links) != total(b.Links) {
 		t.Error("a 2-byte profile's bytes changed under compression")
 	}
-	o.Compression = 9
+	o.Sched.Compression = 9
 	if _, err := Run(o); err == nil {
 		t.Error("Run accepted compression 9")
 	}

@@ -36,7 +36,6 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
@@ -64,10 +63,7 @@ func ParseArch(s string) (Arch, error) { return proto.ParseArch(s) }
 type Options struct {
 	Profile *model.Profile
 	Arch    Arch
-	// Compression is the wire type of float32 gradients (dtype.F32: none;
-	// a 16-bit type halves every piece's bytes).
-	Compression dtype.DType
-	Workers     int
+	Workers int
 	// Servers is the number of parameter servers (PS only).
 	Servers int
 	// BandwidthBps is each host's link rate per direction, in bytes/s.
@@ -178,8 +174,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: parameter servers must be >= 1, got %d", o.Servers)
 	case o.Arch == AllReduce && o.Servers != 0:
 		return fmt.Errorf("sim: all-reduce has no servers, got --servers %d", o.Servers)
-	case !o.Compression.Valid():
-		return fmt.Errorf("sim: unknown compression %v", o.Compression)
 	case o.Arch != PS && o.Arch != AllReduce:
 		return fmt.Errorf("sim: unknown architecture %d", int(o.Arch))
 	case !(o.BandwidthBps > 0) || math.IsInf(o.BandwidthBps, 0):
@@ -343,14 +337,14 @@ func newSimulation(o Options) (*simulation, error) {
 	}
 	s.measure = stats.NewCollector(share)
 	var tensors []proto.Tensor
-	elem := o.elemBytes()
+	elem := int64(p.BytesPerParam) // the machines cut by each epoch's compression
 	for l, layer := range p.Layers {
 		var ids []int
 		for _, t := range layer.Tensors {
 			ids = append(ids, len(s.tensors))
 			b := t.Params * elem
 			s.tensors = append(s.tensors, tensorInfo{layer: l, bytes: b})
-			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: b, ElemBytes: int(elem)})
+			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: b, ElemBytes: int(elem), Compressible: elem == 4})
 		}
 		s.layerT = append(s.layerT, ids)
 		s.fwdS = append(s.fwdS, layer.ForwardS)

@@ -44,12 +44,22 @@ type Tensor struct {
 	Layer int
 	// Elems is its number of elements.
 	Elems int
-	// Wire is the type its gradient travels in (default float32). Posted
-	// data is float32 whatever it is: a 16-bit tensor's values are exact
-	// in float32, and a float32 tensor sent as 16 bits (compression) is
-	// rounded on the way out. Sums are kept in float32 and come back
-	// rounded to Wire.
-	Wire dtype.DType
+	// Wire is its own type (default float32). A float32 tensor travels in
+	// the configuration's compression type unless Exact (e.g. a broadcast
+	// of parameters); a 16-bit one in its own. Posted data is float32
+	// whatever the type: a 16-bit tensor's values are exact in float32,
+	// and a float32 gradient sent in 16 bits is rounded on the way out.
+	// Sums are kept in float32 and come back rounded to the wire type.
+	Wire  dtype.DType
+	Exact bool
+}
+
+// wireOf is the type piece p travels in.
+func (e *Engine) wireOf(p sched.Piece) dtype.DType {
+	if p.Compression != dtype.F32 {
+		return p.Compression
+	}
+	return e.cfg.Tensors[p.Tensor].Wire
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
@@ -180,7 +190,8 @@ func New(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("worker: tensor %d %q: unknown wire type %v", i, t.Name, t.Wire)
 		}
 		size := t.Wire.Size()
-		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(size) * int64(t.Elems), ElemBytes: size})
+		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(size) * int64(t.Elems), ElemBytes: size,
+			Compressible: t.Wire == dtype.F32 && !t.Exact})
 	}
 	m, err := proto.New(pc)
 	if err != nil {
@@ -500,7 +511,7 @@ func (e *Engine) sendMessage(m proto.Message) error {
 		}
 	case proto.RingStart:
 		p := m.Piece
-		d := e.cfg.Tensors[p.Tensor].Wire
+		d := e.wireOf(p)
 		size := int64(d.Size())
 		data := e.grad(p.Iteration, p.Tensor)[p.Offset/size : (p.Offset+p.Bytes)/size]
 		e.cfg.Ring.Start(p, m.Priority, d, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
@@ -520,7 +531,7 @@ func (e *Engine) grad(iteration, tensor int) []float32 {
 // mode).
 func (e *Engine) push(m proto.Message) error {
 	p := m.Piece
-	d := e.cfg.Tensors[p.Tensor].Wire
+	d := e.wireOf(p)
 	size := int64(d.Size())
 	// The gradient itself goes out where it is already in wire format: its
 	// sum only arrives (and overwrites it) after every worker's push was
@@ -603,10 +614,11 @@ func (e *Engine) readServer(idx int, c *transport.Conn) {
 		e.gradsMu.RLock()
 		grad, ok := e.grads[k]
 		e.gradsMu.RUnlock()
+		// The server answers in the type the pushes travelled in (it
+		// refuses a piece pushed in two), which the frame names.
 		d := dtype.DType(f.Elem)
-		if ok && d != e.cfg.Tensors[f.Key].Wire {
-			e.fail(fmt.Errorf("worker %d: server %d answered tensor %d iteration %d in %v, but it travels in %v",
-				e.cfg.Rank, idx, f.Key, f.Iteration, d, e.cfg.Tensors[f.Key].Wire))
+		if !d.Valid() {
+			e.fail(fmt.Errorf("worker %d: server %d answered tensor %d iteration %d in unknown element type %d", e.cfg.Rank, idx, f.Key, f.Iteration, f.Elem))
 			return
 		}
 		size := uint64(d.Size())

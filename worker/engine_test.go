@@ -19,7 +19,7 @@ import (
 
 // testTensors have awkward sizes and two layers with two tensors.
 var testTensors = []Tensor{
-	{"l0.w", 0, 37, 0}, {"l0.b", 0, 5, 0}, {"l1.w", 1, 100, 0}, {"l2.w", 2, 1, 0}, {"l2.b", 2, 64, 0},
+	{Name: "l0.w", Layer: 0, Elems: 37}, {Name: "l0.b", Layer: 0, Elems: 5}, {Name: "l1.w", Layer: 1, Elems: 100}, {Name: "l2.w", Layer: 2, Elems: 1}, {Name: "l2.b", Layer: 2, Elems: 64},
 }
 
 func layersOf(ts []Tensor) int {
@@ -210,7 +210,7 @@ func TestRingFailureFailsEngine(t *testing.T) {
 // its tensors are summed, and only for the iterations summed.
 func TestGateWaitsForEveryTensorOfLayer(t *testing.T) {
 	// Layer 0 has tensors 0 and 1, layer 1 has tensor 2.
-	tensors := []Tensor{{"a", 0, 10, 0}, {"b", 0, 20, 0}, {"c", 1, 30, 0}}
+	tensors := []Tensor{{Name: "a", Layer: 0, Elems: 10}, {Name: "b", Layer: 0, Elems: 20}, {Name: "c", Layer: 1, Elems: 30}}
 	const n = 2
 	tn := newNet(t, n, 1, ps.AnswerPush)
 	run := newSumRun(n, 1, tensors)
@@ -280,7 +280,7 @@ func TestWaitLayerOutOfRange(t *testing.T) {
 // New accepts such tensors, and WaitLayer takes the layer as in range.
 func TestWaitLayerWithoutTensors(t *testing.T) {
 	// A gate for a layer without tensors would never open: New refuses it.
-	tensors := []Tensor{{"conv", 0, 8, 0}, {"fc", 2, 4, 0}}
+	tensors := []Tensor{{Name: "conv", Layer: 0, Elems: 8}, {Name: "fc", Layer: 2, Elems: 4}}
 	_, err := New(Config{Workers: 1, Arch: AllReduce, Tensors: tensors, Logger: quiet})
 	if err == nil || !strings.Contains(err.Error(), "layer 1 has no tensors") {
 		t.Fatalf("New with tensors in layers 0 and 2 only: %v, want an error naming layer 1", err)
@@ -293,7 +293,7 @@ func TestWaitLayerWithoutTensors(t *testing.T) {
 // rank 0's first piece cannot finish before all its tensors are ready.
 func orderRun(t *testing.T, order sched.Order) [][]sched.PieceID {
 	t.Helper()
-	tensors := []Tensor{{"l0", 0, 16, 0}, {"l1", 1, 16, 0}, {"l2", 2, 16, 0}}
+	tensors := []Tensor{{Name: "l0", Layer: 0, Elems: 16}, {Name: "l1", Layer: 1, Elems: 16}, {Name: "l2", Layer: 2, Elems: 16}}
 	const n = 2
 	tn := newNet(t, n, 1, ps.AnswerPush)
 	logs := []*orderLog{{}, {}}
@@ -386,10 +386,10 @@ func TestNewRejects(t *testing.T) {
 		{"leader without followers", func(c *Config) { c.Workers = 3; c.Followers = []*transport.Conn{conn} }, []string{"2 followers", "got 1"}},
 		{"follower without leader", func(c *Config) { c.Rank, c.Workers = 1, 2 }, []string{"rank 1", "rank 0"}},
 		{"empty tensor", func(c *Config) {
-			c.Tensors = []Tensor{{"a", 0, 3, 0}, {"b", 0, 0, 0}}
+			c.Tensors = []Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 0}}
 		}, []string{"tensor 1", `"b"`, "0 elements"}},
 		{"negative layer", func(c *Config) {
-			c.Tensors = []Tensor{{"a", -2, 3, 0}}
+			c.Tensors = []Tensor{{Name: "a", Layer: -2, Elems: 3}}
 		}, []string{"tensor 0", "layer -2"}},
 		{"bad schedule", func(c *Config) { c.Sched.CreditBytes = -5 }, []string{"-5"}},
 	}

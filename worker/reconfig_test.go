@@ -20,7 +20,7 @@ import (
 // bigTensors are large enough for partitions of 1 KB to 100 KB to matter:
 // the largest is cut into 59 pieces at 4 KB, 3 at 100 KB, 1 whole.
 var bigTensors = []Tensor{
-	{"l0.w", 0, 30000, 0}, {"l0.b", 0, 37, 0}, {"l1.w", 1, 5000, 0}, {"l2.w", 2, 60001, 0}, {"l2.b", 2, 3, 0},
+	{Name: "l0.w", Layer: 0, Elems: 30000}, {Name: "l0.b", Layer: 0, Elems: 37}, {Name: "l1.w", Layer: 1, Elems: 5000}, {Name: "l2.w", Layer: 2, Elems: 60001}, {Name: "l2.b", Layer: 2, Elems: 3},
 }
 
 // change is a Reconfigure call rank 0 makes right after posting every

@@ -31,11 +31,12 @@ type ReplayResult struct {
 	Checked int64
 }
 
-// TensorsOf lists a profile's tensors for the engine, in model order. A
-// profile of 4-byte parameters travels as compression says (float32 for
-// none); one of 2-byte parameters is a bfloat16 model and travels so.
-func TensorsOf(p *model.Profile, compression dtype.DType) ([]Tensor, error) {
-	wire, err := dtype.WireOf(p.BytesPerParam, compression)
+// TensorsOf lists a profile's tensors for the engine, in model order: a
+// profile of 4-byte parameters is a float32 model (which the
+// configuration's compression may send in 16 bits), one of 2-byte
+// parameters a bfloat16 model.
+func TensorsOf(p *model.Profile) ([]Tensor, error) {
+	wire, err := dtype.WireOf(p.BytesPerParam, dtype.F32)
 	if err != nil {
 		return nil, fmt.Errorf("worker: profile %q: %w", p.Name, err)
 	}
@@ -73,18 +74,38 @@ func sumOf(workers, tensor, i int, wire dtype.DType) float32 {
 
 // verifiable refuses to verify 16-bit sums of more workers than the
 // replay's values stay exact for.
-func verifiable(tensors []Tensor, workers int, verify Verify) error {
-	for _, t := range tensors {
-		if verify != VerifyNone && t.Wire != dtype.F32 && workers+workers/2 > exactLimit(t.Wire) {
-			most := exactLimit(t.Wire) * 2 / 3
-			for most+1+(most+1)/2 <= exactLimit(t.Wire) {
+func verifiable(wires []dtype.DType, workers int, verify Verify) error {
+	for _, d := range wires {
+		if verify != VerifyNone && d != dtype.F32 && workers+workers/2 > exactLimit(d) {
+			most := exactLimit(d) * 2 / 3
+			for most+1+(most+1)/2 <= exactLimit(d) {
 				most++
 			}
 			return fmt.Errorf("worker: verifying %v sums of %d workers: the replay's sums exceed %d, above which %v integers are not exact (verify none, or at most %d workers)",
-				t.Wire, workers, exactLimit(t.Wire), t.Wire, most)
+				d, workers, exactLimit(d), d, most)
 		}
 	}
 	return nil
+}
+
+// patternWires are the types whose exactness each tensor's replay values
+// must respect: its own 16-bit type, or, for a float32 gradient that a
+// configuration may compress (from the start or when a tuner says so,
+// which any rank may learn only later), bfloat16's, the stricter; only a
+// float32 tensor pinned Exact gets float32's wider values. limits are the
+// types whose worker limit applies up front: the 16-bit ones, and the
+// initial compression (a later one is checked as its sums arrive).
+func patternWires(tensors []Tensor, initial dtype.DType) (patterns, limits []dtype.DType) {
+	patterns, limits = make([]dtype.DType, len(tensors)), make([]dtype.DType, len(tensors))
+	for i, t := range tensors {
+		switch {
+		case t.Wire != dtype.F32:
+			patterns[i], limits[i] = t.Wire, t.Wire
+		case !t.Exact:
+			patterns[i], limits[i] = dtype.BF16, initial
+		}
+	}
+	return patterns, limits
 }
 
 // exactLimit is the largest integer below which every integer is exact
@@ -130,12 +151,13 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 	}
 	tensors := e.cfg.Tensors
 	rank, workers := e.cfg.Rank, e.cfg.Workers
-	if want, err := TensorsOf(p, dtype.F32); err != nil {
+	if want, err := TensorsOf(p); err != nil {
 		return nil, err
 	} else if len(want) != len(tensors) {
 		return nil, fmt.Errorf("worker: replaying profile %q of %d tensors on an engine of %d", p.Name, len(want), len(tensors))
 	}
-	if err := verifiable(tensors, workers, verify); err != nil {
+	wires, limits := patternWires(tensors, e.cfg.Sched.Compression)
+	if err := verifiable(limits, workers, verify); err != nil {
 		return nil, err
 	}
 	byLayer := make([][]int, len(p.Layers))
@@ -149,7 +171,7 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 	for i, t := range tensors {
 		base[i] = make([]float32, t.Elems)
 		for j := range base[i] {
-			base[i][j] = pattern(rank, i, j, t.Wire)
+			base[i][j] = pattern(rank, i, j, wires[i])
 		}
 		grads[i] = make([]float32, t.Elems)
 	}
@@ -163,7 +185,7 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 		if verify == VerifyFull {
 			step = 1
 		}
-		wire := tensors[tensor].Wire
+		wire := wires[tensor]
 		for j := 0; j < len(g); j += step {
 			if want := sumOf(workers, tensor, j, wire); g[j] != want {
 				return fmt.Errorf("worker %d: iteration %d: tensor %d %q element %d is %v, exact sum is %v", rank, it, tensor, tensors[tensor].Name, j, g[j], want)

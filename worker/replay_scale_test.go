@@ -9,14 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 )
 
 // soloEngine is a started one-rank all-reduce engine (no connections).
 func soloEngine(t *testing.T, ctx context.Context) *Engine {
 	t.Helper()
-	ts, err := TensorsOf(tinyProfile(), dtype.F32)
+	ts, err := TensorsOf(tinyProfile())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestReplay(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tn := newNet(t, 2, 1, ps.AnswerPush)
-			tensors, err := TensorsOf(p, dtype.F32)
+			tensors, err := TensorsOf(p)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,7 +126,7 @@ func TestReplay(t *testing.T) {
 // replay with an error naming the element and the exact sum.
 func TestReplayDetectsWrongSums(t *testing.T) {
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p, dtype.F32)
+	tensors, _ := TensorsOf(p)
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.corrupt = 1
@@ -157,7 +157,7 @@ func TestReplayDetectsWrongSums(t *testing.T) {
 func TestReplayWaitsForEachLayer(t *testing.T) {
 	const late = 30 * time.Millisecond
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p, dtype.F32)
+	tensors, _ := TensorsOf(p)
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.delay = func(p sched.Piece) time.Duration {
@@ -190,7 +190,7 @@ func TestReplayWaitsForEachLayer(t *testing.T) {
 // checks that its gradients are its own.
 func TestReplaySingleWorker(t *testing.T) {
 	p := tinyProfile()
-	tensors, _ := TensorsOf(p, dtype.F32)
+	tensors, _ := TensorsOf(p)
 	es := start(t, nil, []Config{{Workers: 1, Arch: AllReduce, Tensors: tensors, Logger: quiet}})
 	res, errs, _ := replayAll(t, nil, es, p, 2, VerifyFull)
 	if errs[0] != nil {
@@ -205,7 +205,7 @@ func TestReplaySingleWorker(t *testing.T) {
 func TestReplayCancel(t *testing.T) {
 	p := tinyProfile()
 	p.Layers[0].ForwardS = 10
-	tensors, _ := TensorsOf(p, dtype.F32)
+	tensors, _ := TensorsOf(p)
 	es := start(t, nil, []Config{{Workers: 1, Arch: AllReduce, Tensors: tensors, Logger: quiet}})
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan error, 1)
@@ -221,19 +221,19 @@ func TestReplayCancel(t *testing.T) {
 }
 
 func TestTensorsOf(t *testing.T) {
-	got, err := TensorsOf(tinyProfile(), dtype.F32)
+	got, err := TensorsOf(tinyProfile())
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Tensor{{"conv.w", 0, 300, dtype.F32}, {"conv.b", 0, 7, dtype.F32}, {"fc.w", 1, 1000, dtype.F32}}
+	want := []Tensor{{Name: "conv.w", Layer: 0, Elems: 300}, {Name: "conv.b", Layer: 0, Elems: 7}, {Name: "fc.w", Layer: 1, Elems: 1000}}
 	if !slices.Equal(got, want) {
 		t.Errorf("TensorsOf = %v, want %v", got, want)
 	}
 	for _, b := range []int{3, 8} {
 		p := tinyProfile()
 		p.BytesPerParam = b
-		if _, err := TensorsOf(p, dtype.F32); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d-byte", b)) || !strings.Contains(err.Error(), `"tiny"`) {
-			t.Errorf("TensorsOf(%d-byte profile, dtype.F32) = %v, want an error naming the profile and the size", b, err)
+		if _, err := TensorsOf(p); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("%d-byte", b)) || !strings.Contains(err.Error(), `"tiny"`) {
+			t.Errorf("TensorsOf(%d-byte profile) = %v, want an error naming the profile and the size", b, err)
 		}
 		if _, err := Replay(context.Background(), nil, p, 1, VerifyNone, nil); err == nil {
 			t.Errorf("Replay of a %d-byte profile = nil error", b)
@@ -241,8 +241,8 @@ func TestTensorsOf(t *testing.T) {
 	}
 	p := tinyProfile()
 	p.Layers[1].Tensors[0].Params = 1 << 31
-	if _, err := TensorsOf(p, dtype.F32); err == nil || !strings.Contains(err.Error(), "2147483648") {
-		t.Errorf("TensorsOf(tensor of 2^31 params, dtype.F32) = %v, want an error naming the count", err)
+	if _, err := TensorsOf(p); err == nil || !strings.Contains(err.Error(), "2147483648") {
+		t.Errorf("TensorsOf(tensor of 2^31 params) = %v, want an error naming the count", err)
 	}
 }
 
@@ -251,7 +251,7 @@ func TestTensorsOf(t *testing.T) {
 // refuse beyond it, naming the type, the count and the limit; float32 and
 // unverified replays have no such limit.
 func TestVerifiableLimit(t *testing.T) {
-	ts := func(d dtype.DType) []Tensor { return []Tensor{{Name: "w", Elems: 3, Wire: d}} }
+	ts := func(d dtype.DType) []dtype.DType { return []dtype.DType{d} }
 	for _, c := range []struct {
 		d        dtype.DType
 		ok, over int
@@ -279,5 +279,20 @@ func TestVerifiableLimit(t *testing.T) {
 	}
 	if err := verifiable(ts(dtype.F32), 5000, VerifyFull); err != nil {
 		t.Errorf("float32: %v", err)
+	}
+	// Which exactness each tensor's values must respect, and which limit
+	// applies up front.
+	tensors := []Tensor{{Name: "a", Wire: dtype.F32}, {Name: "b", Wire: dtype.F32, Exact: true}, {Name: "c", Wire: dtype.F16}}
+	for _, c := range []struct {
+		initial                dtype.DType
+		wantPattern, wantLimit []dtype.DType
+	}{
+		{dtype.F32, []dtype.DType{dtype.BF16, dtype.F32, dtype.F16}, []dtype.DType{dtype.F32, dtype.F32, dtype.F16}},
+		{dtype.F16, []dtype.DType{dtype.BF16, dtype.F32, dtype.F16}, []dtype.DType{dtype.F16, dtype.F32, dtype.F16}},
+	} {
+		p, l := patternWires(tensors, c.initial)
+		if !slices.Equal(p, c.wantPattern) || !slices.Equal(l, c.wantLimit) {
+			t.Errorf("patternWires(initial %v) = %v, %v; want %v, %v", c.initial, p, l, c.wantPattern, c.wantLimit)
+		}
 	}
 }

@@ -50,8 +50,8 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	} else {
 		set("AUTOBYTE_ARCH", "allreduce")
 	}
-	if spec.Compression != dtype.F32 {
-		set("AUTOBYTE_COMPRESSION", spec.Compression.String())
+	if c := spec.Sched.Compression; c != dtype.F32 {
+		set("AUTOBYTE_COMPRESSION", c.String())
 	}
 	switch {
 	case spec.Sched.PartitionBytes == 0 && spec.Sched.CreditBytes == 0 && spec.Sched.Order == sched.OrderFIFO:

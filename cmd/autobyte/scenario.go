@@ -278,11 +278,10 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, err
 		}
 	}
-	compression, err := dtype.Parse(f.compression)
-	if err != nil {
+	if cfg.Compression, err = dtype.Parse(f.compression); err != nil {
 		return o, fmt.Errorf("--compression: %w", err)
 	}
-	o = sim.Options{Profile: p, Arch: arch, Compression: compression, Workers: f.workers, Servers: servers,
+	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
 		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
 		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
 	if err := f.dynamics(&o); err != nil {
