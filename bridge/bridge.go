@@ -70,7 +70,8 @@ type Request struct {
 //	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, by arch)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
-//	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of float32 gradients no tensor pins
+//	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of float32 gradients no tensor pins;
+//	                       auto: the autobyte tuner turns bf16 on while the job is communication-bound
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
@@ -91,6 +92,9 @@ type Settings struct {
 	EngineTrace string
 	// Tensors are the engine's tensors, with the types Tensor.Wire pins.
 	Tensors []worker.Tensor
+	// TunerCompress is the type rank 0's autobyte tuner may switch
+	// compression to (AUTOBYTE_COMPRESSION=auto); float32: none.
+	TunerCompress dtype.DType
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -174,8 +178,10 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	default:
 		return s, fmt.Errorf("AUTOBYTE_PS_PULL=%q: want 0 or 1", v)
 	}
-	if cfg.Compression, err = dtype.Parse(get("AUTOBYTE_COMPRESSION")); err != nil {
-		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=%q: %w", get("AUTOBYTE_COMPRESSION"), err)
+	if v := get("AUTOBYTE_COMPRESSION"); v == "auto" {
+		s.TunerCompress = dtype.BF16
+	} else if cfg.Compression, err = dtype.Parse(v); err != nil {
+		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=%q: %w (or auto)", v, err)
 	}
 	prof, err := profileOf(req.Tensors)
 	if err != nil {
@@ -205,6 +211,9 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		s.Tuner = v
 	default:
 		return s, fmt.Errorf("AUTOBYTE_TUNER=%q: want static, autobyte or bo", v)
+	}
+	if s.TunerCompress != dtype.F32 && s.Tuner != "autobyte" {
+		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte chooses the compression, got AUTOBYTE_TUNER=%q", get("AUTOBYTE_TUNER"))
 	}
 	if v := get("AUTOBYTE_LINK_RATE"); v != "" {
 		if s.LinkRateBps, err = units.ParseRate(v); err != nil {
@@ -389,7 +398,7 @@ func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Sessio
 		if st.Spec.Arch == worker.AllReduce {
 			arch = "allreduce"
 		}
-		tn, err := tune.New(st.Tuner, tune.NewOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1})
+		tn, err := tune.New(st.Tuner, tune.NewOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1, Compress: st.TunerCompress})
 		if err != nil {
 			return nil, fmt.Errorf("AUTOBYTE_TUNER=%s: %w", st.Tuner, err)
 		}

@@ -77,9 +77,13 @@ func TestParseSettingsWire(t *testing.T) {
 		if err != nil {
 			t.Fatalf("compression %q: %v", comp, err)
 		}
-		if st.Spec.Sched.Compression != d || !slices.Equal(st.Tensors, want) {
+		if st.Spec.Sched.Compression != d || !slices.Equal(st.Tensors, want) || st.TunerCompress != dtype.F32 {
 			t.Errorf("compression %q: %v and tensors %+v, want %v and %+v", comp, st.Spec.Sched.Compression, st.Tensors, d, want)
 		}
+	}
+	st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_COMPRESSION": "auto", "AUTOBYTE_TUNER": "autobyte"}}, envOf(nil))
+	if err != nil || st.Spec.Sched.Compression != dtype.F32 || st.TunerCompress != dtype.BF16 {
+		t.Errorf("auto: %v, starting with %v, tuner may choose %v; want float32 and bfloat16", err, st.Spec.Sched.Compression, st.TunerCompress)
 	}
 }
 
@@ -103,6 +107,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},
+		{map[string]string{"AUTOBYTE_COMPRESSION": "auto"}, twoTensors, `AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Wire: "float64"}}, `tensor 0 "a"`},
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, twoTensors, "MASTER_PORT is not set"},

@@ -6,6 +6,7 @@ import (
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	schedpkg "github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/tune"
 )
 
 // TestCompressionHalvesBytes: with a 16-bit wire every link carries half
@@ -64,5 +65,71 @@ func TestCompressionHalvesBytes(t *testing.T) {
 	o.Sched.Compression = 9
 	if _, err := Run(o); err == nil {
 		t.Error("Run accepted compression 9")
+	}
+}
+
+// TestTunerChoosesCompression: the autobyte tuner allowed to compress
+// (--compression auto) turns bfloat16 on in a communication-bound job and
+// ends faster than without the knob; in a compute-bound job it leaves
+// compression off (a tie goes to float32); not allowed, it never changes
+// the compression in force, pinned on or off, while it tunes partition
+// and credit.
+func TestTunerChoosesCompression(t *testing.T) {
+	p, err := model.Get("resnet50")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := schedpkg.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: schedpkg.OrderPriority}
+	tuned := func(bw float64, initial, compress dtype.DType) *Result {
+		t.Helper()
+		tn, err := tune.NewAutoByte(tune.AutoByteOptions{Base: schedpkg.Config{Order: schedpkg.OrderPriority}, Compress: compress, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := base
+		cfg.Compression = initial
+		r, err := Run(Options{Profile: p, Arch: PS, Workers: 8, Servers: 4, BandwidthBps: bw, Iterations: 120, Sched: cfg, Tuner: tn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	last := func(r *Result) dtype.DType { return r.Configs[len(r.Configs)-1].Config.Compression }
+	ever := func(r *Result, d dtype.DType) bool {
+		for _, c := range r.Configs {
+			if c.Config.Compression == d {
+				return true
+			}
+		}
+		return false
+	}
+
+	slow := 125e6 // 1 Gbit/s: communication-bound
+	auto, fixed := tuned(slow, dtype.F32, dtype.BF16), tuned(slow, dtype.F32, dtype.F32)
+	if last(auto) != dtype.BF16 {
+		t.Errorf("communication-bound: the tuner ended with compression %v, want bfloat16 (configs %v)", last(auto), auto.Configs)
+	}
+	if !(auto.IterationTimeS < 0.8*fixed.IterationTimeS) {
+		t.Errorf("communication-bound: %.3f s per iteration with the knob, %.3f s without; want at least 20%% faster", auto.IterationTimeS, fixed.IterationTimeS)
+	}
+	if ever(fixed, dtype.BF16) {
+		t.Errorf("not allowed to compress, the tuner turned it on: %v", fixed.Configs)
+	}
+
+	fast := 12.5e9 // 100 Gbit/s: compute-bound
+	if r := tuned(fast, dtype.F32, dtype.BF16); ever(r, dtype.BF16) {
+		t.Errorf("compute-bound: the tuner tried compression: %v", r.Configs)
+	}
+	if r := tuned(fast, dtype.BF16, dtype.BF16); last(r) != dtype.F32 {
+		t.Errorf("compute-bound, starting compressed: the tuner ended with %v, want float32 (configs %v)", last(r), r.Configs)
+	}
+	pinned := tuned(slow, dtype.BF16, dtype.F32)
+	for _, c := range pinned.Configs {
+		if c.Config.Compression != dtype.BF16 {
+			t.Errorf("pinned bfloat16: the tuner proposed %+v", c)
+		}
+	}
+	if len(pinned.Configs) < 2 {
+		t.Errorf("pinned bfloat16: the tuner changed nothing (%v), so the check above is empty", pinned.Configs)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/units"
 )
@@ -73,6 +74,19 @@ type AutoByteOptions struct {
 	Change ChangeOptions
 	// Seed draws the fine-tuning minibatches.
 	Seed uint64
+	// Compress is the 16-bit type the tuner may switch float32 gradients
+	// to and back (the third knob); dtype.F32 (the default) leaves the
+	// compression in force alone, as a user who pins it wants. The rule
+	// is measured, not predicted: when no partition or credit is worth a
+	// trial and the job is communication-bound (its iteration takes more
+	// than CommBound, default 0.1, beyond its compute), the tuner tries
+	// compression and keeps it only if it is CompressionGain (default
+	// 0.05) faster; when the job is compute-bound under compression, it
+	// tries without and keeps that unless it is CompressionGain slower.
+	// Compression costs precision, so a tie goes to float32.
+	Compress        dtype.DType
+	CommBound       float64
+	CompressionGain float64
 }
 
 // AutoByteEvent is one thing the tuner did, for logs and tests.
@@ -107,9 +121,22 @@ func (e AutoByteEvent) String() string {
 	case "change":
 		s += " (" + e.Detail + ")"
 	case "search", "try", "verify":
-		s += fmt.Sprintf(" partition %s credit %s, predicted gain %.1f%%", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), 100*e.PredictedGain)
+		s += " " + describe(e.Config)
+		if e.PredictedGain != 0 {
+			s += fmt.Sprintf(", predicted gain %.1f%%", 100*e.PredictedGain)
+		}
 	case "keep", "revert", "measured":
-		s += fmt.Sprintf(" partition %s credit %s, measured %s (before %s)", units.FormatBytes(e.Config.PartitionBytes), units.FormatBytes(e.Config.CreditBytes), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
+		s += fmt.Sprintf(" %s, measured %s (before %s)", describe(e.Config), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
+	}
+	return s
+}
+
+// describe names c's knobs: "partition 256KiB credit 1MiB", and the
+// compression if any.
+func describe(c sched.Config) string {
+	s := fmt.Sprintf("partition %s credit %s", units.FormatBytes(c.PartitionBytes), units.FormatBytes(c.CreditBytes))
+	if c.Compression != dtype.F32 {
+		s += ", compression " + c.Compression.String()
 	}
 	return s
 }
@@ -166,6 +193,9 @@ type AutoByte struct {
 	// noise is the change detector's iteration-time noise as of the
 	// latest Observe (one estimate per iteration serves every rule).
 	noise float64
+	// trialTolerance is the keep rule's tolerance for the trial on hand
+	// (KeepTolerance, or the compression rule's).
+	trialTolerance float64
 }
 
 // measuredConfig is one configuration measured during a verification.
@@ -226,7 +256,8 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		name string
 		v    *float64
 		def  float64
-	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2}}
+	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2},
+		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05}}
 	for _, f := range floats {
 		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
 			return nil, fmt.Errorf("tune: autobyte %s must be a number >= 0 (0 = default %v), got %v", f.name, f.def, *f.v)
@@ -234,6 +265,9 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		if *f.v == 0 {
 			*f.v = f.def
 		}
+	}
+	if !o.Compress.Valid() {
+		return nil, fmt.Errorf("tune: autobyte compression %v is not a wire type", o.Compress)
 	}
 	if o.MaxMeasure < o.Measure {
 		return nil, fmt.Errorf("tune: autobyte most measured iterations (%d) must be >= measured iterations (%d)", o.MaxMeasure, o.Measure)
@@ -376,7 +410,7 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	ev := AutoByteEvent{Iteration: it, Config: a.current, MeasuredS: st.IterationTimeS, PreviousS: a.prevS}
 	// Faster beyond the noise (with no noise: not slower than the
 	// tolerance allows).
-	if st.IterationTimeS <= a.prevS*(1+a.o.KeepTolerance)*math.Exp(-a.noiseGap(a.measureCount())) {
+	if st.IterationTimeS <= a.prevS*(1+a.trialTolerance)*math.Exp(-a.noiseGap(a.measureCount())) {
 		ev.Kind = "keep"
 		a.events = append(a.events, ev)
 		a.nextSearch = it + 1 // search again at once: the network learned
@@ -394,11 +428,12 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 	a.learn(st, st, st.IterationTimeS)
 	a.fineTune()
-	a.scores = a.meta.Score(a.scores, st, a.cands)
-	cur := a.meta.PredictLog(st, a.current)
+	ns := netStats(st)
+	a.scores = a.meta.Score(a.scores, ns, a.cands)
+	cur := a.meta.PredictLog(ns, a.current)
 	best := -1
 	for i, c := range a.cands {
-		if a.tabu[c] || c == a.current {
+		if c = a.follow(c); a.tabu[c] || c == a.current {
 			continue
 		}
 		if best < 0 || a.scores[i] < a.scores[best] {
@@ -406,18 +441,87 @@ func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 		}
 	}
 	a.nextSearch = it + a.o.Every
-	if best < 0 {
-		return Proposal{}, false
+	gain := 0.0
+	if best >= 0 {
+		gain = 1 - math.Exp(a.scores[best]-cur)
 	}
-	gain := 1 - math.Exp(a.scores[best]-cur)
 	// A gain the noise would hide cannot be confirmed by a trial.
-	if gain <= max(a.o.Margin, 1-math.Exp(-a.noiseGap(a.measureCount()))) {
-		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "search", Config: a.cands[best], PredictedGain: gain})
+	if best < 0 || gain <= max(a.o.Margin, 1-math.Exp(-a.noiseGap(a.measureCount()))) {
+		if best >= 0 {
+			a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "search", Config: a.follow(a.cands[best]), PredictedGain: gain})
+		}
+		return a.compressionTrial(it, st)
+	}
+	c := a.follow(a.cands[best])
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c, PredictedGain: gain})
+	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
+	a.trialTolerance = a.o.KeepTolerance
+	return a.propose(it, c), true
+}
+
+// compressionTrial tries switching the compression when the measured
+// balance of compute and communication calls for it (see
+// AutoByteOptions.Compress).
+func (a *AutoByte) compressionTrial(it int, st Stats) (Proposal, bool) {
+	c, ok := a.toggled(st)
+	if !ok {
 		return Proposal{}, false
 	}
-	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: a.cands[best], PredictedGain: gain})
+	a.trialTolerance = -a.o.CompressionGain
+	if c.Compression == dtype.F32 {
+		a.trialTolerance = a.o.CompressionGain
+	}
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c})
 	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
-	return a.propose(it, a.cands[best]), true
+	return a.propose(it, c), true
+}
+
+// toggled is the configuration in force with the compression switched,
+// if st calls for it: on while the job is communication-bound, off while
+// it is not; and if it was not tried and reverted under these conditions.
+func (a *AutoByte) toggled(st Stats) (sched.Config, bool) {
+	if a.o.Compress == dtype.F32 {
+		return sched.Config{}, false
+	}
+	compute := st.ForwardS + st.BackwardS
+	commBound := compute > 0 && st.IterationTimeS > (1+a.o.CommBound)*compute
+	c := a.current
+	switch {
+	case c.Compression == dtype.F32 && commBound:
+		c.Compression = a.o.Compress
+	case c.Compression != dtype.F32 && !commBound:
+		c.Compression = dtype.F32
+	default:
+		return sched.Config{}, false
+	}
+	return c, !a.tabu[c]
+}
+
+// cost is the time by which measured configurations compete: the
+// measured time, CompressionGain more for a compressed one while the
+// tuner chooses the compression (precision breaks ties).
+func (a *AutoByte) cost(m measuredConfig) float64 {
+	if a.o.Compress != dtype.F32 && m.cfg.Compression != dtype.F32 {
+		return m.st.IterationTimeS * (1 + a.o.CompressionGain)
+	}
+	return m.st.IterationTimeS
+}
+
+// follow is grid candidate c with the compression in force: partition
+// and credit are searched under it, and only compressionTrial changes it.
+func (a *AutoByte) follow(c sched.Config) sched.Config {
+	c.Compression = a.current.Compression
+	return c
+}
+
+// netStats is st as the meta-network reads it: the model's bytes as they
+// travel (halved under a 16-bit compression), since partition, credit and
+// goodput are all in wire bytes.
+func netStats(st Stats) Stats {
+	if d := st.Config.Compression; d != dtype.F32 {
+		st.ModelBytes = st.ModelBytes / 4 * int64(d.Size())
+	}
+	return st
 }
 
 // verify scores the grid from st (measured under the configuration in
@@ -426,11 +530,12 @@ func (a *AutoByte) verify(it int, st Stats) (Proposal, bool) {
 	a.verifyDue = false
 	a.learn(st, st, st.IterationTimeS)
 	a.fineTune()
-	a.scores = a.meta.Score(a.scores, st, a.cands)
-	cur := a.meta.PredictLog(st, a.current)
+	ns := netStats(st)
+	a.scores = a.meta.Score(a.scores, ns, a.cands)
+	cur := a.meta.PredictLog(ns, a.current)
 	idx := make([]int, 0, len(a.cands))
 	for i, c := range a.cands {
-		if !a.tabu[c] && c != a.current {
+		if c = a.follow(c); !a.tabu[c] && c != a.current {
 			idx = append(idx, i)
 		}
 	}
@@ -438,16 +543,25 @@ func (a *AutoByte) verify(it int, st Stats) (Proposal, bool) {
 	slices.SortStableFunc(idx, func(i, j int) int { return cmp.Compare(a.scores[i], a.scores[j]) })
 	idx = idx[:min(len(idx), a.o.TopK)]
 	a.nextSearch = it + a.o.Every
-	if len(idx) == 0 {
-		return Proposal{}, false
-	}
 	a.queue = a.queue[:0]
 	for _, i := range idx {
-		a.queue = append(a.queue, a.cands[i])
+		a.queue = append(a.queue, a.follow(a.cands[i]))
+	}
+	// The compression, if st calls for switching it, is verified as well,
+	// under the partition and credit in force.
+	if c, ok := a.toggled(st); ok {
+		a.queue = append(a.queue, c)
+	}
+	if len(a.queue) == 0 {
+		return Proposal{}, false
 	}
 	a.measured = append(a.measured[:0], measuredConfig{a.current, st})
 	a.verifying = true
-	return a.verifyNext(it, 1-math.Exp(a.scores[idx[0]]-cur)), true
+	gain := 0.0
+	if len(idx) > 0 {
+		gain = 1 - math.Exp(a.scores[idx[0]]-cur)
+	}
+	return a.verifyNext(it, gain), true
 }
 
 // verifyNext proposes the next queued candidate with its predicted gain.
@@ -475,19 +589,22 @@ func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
 	if len(a.queue) > 0 {
 		// Predicted gain from the statistics of the configuration in
 		// force before the verification, for the log.
-		gain := 1 - math.Exp(a.meta.PredictLog(base.st, a.queue[0])-a.meta.PredictLog(base.st, base.cfg))
+		gain := 0.0 // the network does not predict a compression's
+		if a.queue[0].Compression == base.cfg.Compression {
+			gain = 1 - math.Exp(a.meta.PredictLog(netStats(base.st), a.queue[0])-a.meta.PredictLog(netStats(base.st), base.cfg))
+		}
 		return a.verifyNext(it, gain), true
 	}
 	a.verifying = false
 	best := 0
 	for i, m := range a.measured {
-		if m.st.IterationTimeS < a.measured[best].st.IterationTimeS {
+		if a.cost(m) < a.cost(a.measured[best]) {
 			best = i
 		}
 	}
 	// The configuration in force before stays unless beaten beyond the
 	// noise.
-	if best != 0 && a.measured[best].st.IterationTimeS > base.st.IterationTimeS*math.Exp(-a.noiseGap(a.measureCount())) {
+	if best != 0 && a.cost(a.measured[best]) > a.cost(base)*math.Exp(-a.noiseGap(a.measureCount())) {
 		best = 0
 	}
 	for i, m := range a.measured {
@@ -525,6 +642,10 @@ func (a *AutoByte) learn(state, measured Stats, t float64) {
 	if a.o.FineTuneSteps < 0 || !(t > 0) || !MetaTargetOK(kind, state) {
 		return
 	}
+	if state.Config.Compression != measured.Config.Compression {
+		return // the network knows partition and credit only
+	}
+	state = netStats(state)
 	a.buf = append(a.buf, MetaExample{X: MetaFeatures(nil, state, measured.Config), Y: MetaTarget(kind, state, t)})
 	if len(a.buf) > a.o.Buffer {
 		a.buf = a.buf[len(a.buf)-a.o.Buffer:]

@@ -3,6 +3,7 @@ package tune
 import (
 	"fmt"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 )
 
@@ -24,6 +25,9 @@ type NewOptions struct {
 	// BOTrial is bo's iterations per trial (0: its default).
 	BOTrial int
 	Seed    uint64
+	// Compress is the 16-bit type autobyte may switch compression to
+	// (AutoByteOptions.Compress; dtype.F32: it keeps Base's).
+	Compress dtype.DType
 }
 
 // New builds the tuner called name (one of Names).
@@ -40,7 +44,7 @@ func New(name string, o NewOptions) (Tuner, error) {
 	case "bo":
 		t, err = NewBO(BOOptions{Arch: o.Arch, Base: o.Base, TrialIterations: o.BOTrial, Seed: o.Seed})
 	case "autobyte":
-		t, err = NewAutoByte(AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Base.Admission}, Seed: o.Seed})
+		t, err = NewAutoByte(AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Base.Admission}, Seed: o.Seed, Compress: o.Compress})
 	default:
 		return nil, fmt.Errorf("unknown tuner %q (want one of %v)", name, Names)
 	}

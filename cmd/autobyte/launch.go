@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
@@ -79,7 +80,7 @@ the failed process's error.`,
 			if _, err := parseVerify(verify); err != nil {
 				return err
 			}
-			if _, err := tf.build(o, f.seed); err != nil {
+			if _, err := tf.build(o, f.seed, f.tunerCompress()); err != nil {
 				return err
 			}
 			if len(o.BandwidthTrace) > 0 && bedName == "" {
@@ -200,7 +201,10 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	ctx, stop := signalContext()
 	defer stop()
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
-		scriptTuner: tuner, traceDir: traceDir}
+		scriptTuner: tuner, traceDir: traceDir, scriptCompressAuto: f.tunerCompress() != dtype.F32}
+	if lc.scriptCompressAuto && tuner != "autobyte" {
+		return fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", tuner)
+	}
 	if traceDir != "" {
 		if err := os.MkdirAll(traceDir, 0o755); err != nil {
 			return fmt.Errorf("--trace: %w", err)
@@ -252,12 +256,15 @@ func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts 
 type launchConfig struct {
 	// scriptTuner and linkRate are a training command's tuner and the
 	// hosts' rate it is told (0: unknown).
-	scriptTuner      string
-	linkRate         float64
-	verify, logLevel string
-	peerTimeout      time.Duration
-	shaped           float64
-	progress         io.Writer
+	scriptTuner string
+	linkRate    float64
+	// scriptCompressAuto: the script's tuner chooses the compression
+	// (--compression auto).
+	scriptCompressAuto bool
+	verify, logLevel   string
+	peerTimeout        time.Duration
+	shaped             float64
+	progress           io.Writer
 	// bed, if set, runs every process in its own testbed host: servers in
 	// hosts 0..M-1, workers in M..M+N-1.
 	bed         *testbed.Testbed
@@ -563,7 +570,7 @@ func (r launchReport) writeText(w io.Writer) error {
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(w, "%s from %d: partition %s, credit %s", sep, c.FromIteration, units.FormatBytes(c.PartitionBytes), units.FormatBytes(c.CreditBytes))
+			fmt.Fprintf(w, "%s from %d: %s", sep, c.FromIteration, knobs(c.config))
 		}
 		fmt.Fprintln(w)
 	}

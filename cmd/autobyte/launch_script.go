@@ -52,6 +52,8 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	}
 	if c := spec.Sched.Compression; c != dtype.F32 {
 		set("AUTOBYTE_COMPRESSION", c.String())
+	} else if lc.scriptCompressAuto {
+		set("AUTOBYTE_COMPRESSION", "auto")
 	}
 	switch {
 	case spec.Sched.PartitionBytes == 0 && spec.Sched.CreditBytes == 0 && spec.Sched.Order == sched.OrderFIFO:

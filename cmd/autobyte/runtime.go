@@ -15,8 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/observe"
+	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/supervise"
 	"github.com/autobyte/autobyte/transport"
@@ -213,7 +215,7 @@ $WORLD_SIZE.`,
 			}
 			var tuner tune.Tuner
 			if rank == 0 {
-				if tuner, err = tf.build(o, f.seed); err != nil {
+				if tuner, err = tf.build(o, f.seed, f.tunerCompress()); err != nil {
 					return err
 				}
 			}
@@ -324,8 +326,13 @@ func (t *tunerFlags) args() []string {
 
 // build returns the tuner for a job started with o (tune.New, as autobyte
 // sim builds it, so equal flags tune alike in the simulator and at run time).
-func (t *tunerFlags) build(o sim.Options, seed uint64) (tune.Tuner, error) {
-	no := tune.NewOptions{Arch: o.Arch.String(), Base: o.Sched, GridTrial: t.gridTrial, BOTrial: t.boTrial, Seed: seed}
+// compress is the type the autobyte tuner may switch compression to
+// (--compression auto).
+func (t *tunerFlags) build(o sim.Options, seed uint64, compress dtype.DType) (tune.Tuner, error) {
+	if compress != dtype.F32 && t.name != "autobyte" {
+		return nil, fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", t.name)
+	}
+	no := tune.NewOptions{Arch: o.Arch.String(), Base: o.Sched, GridTrial: t.gridTrial, BOTrial: t.boTrial, Seed: seed, Compress: compress}
 	if t.name == "grid" {
 		var err error
 		if no.GridPartitions, err = parseSizes("--grid-partitions", t.gridParts); err != nil {
@@ -385,7 +392,7 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 		}
 	}
 	to.OnChange = func(c job.ConfigChange) {
-		note(fmt.Sprintf("from iteration %d: partition %s, credit %s", c.FromIteration, units.FormatBytes(c.Config.PartitionBytes), units.FormatBytes(c.Config.CreditBytes)))
+		note(fmt.Sprintf("from iteration %d: %s", c.FromIteration, knobs(c.Config)))
 	}
 	return to
 }
@@ -406,4 +413,20 @@ func newProbeCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 500*time.Millisecond, "give up after this long")
 	return cmd
+}
+
+// knobs names the tuned knobs of c: "partition 4 MB, credit 16 MB", and
+// the compression when it is on.
+func knobs(c sched.Config) string {
+	sz := func(n int64) string {
+		if n == 0 {
+			return "none"
+		}
+		return units.FormatBytes(n)
+	}
+	s := fmt.Sprintf("partition %s, credit %s", sz(c.PartitionBytes), sz(c.CreditBytes))
+	if c.Compression != dtype.F32 {
+		s += ", compression " + c.Compression.String()
+	}
+	return s
 }

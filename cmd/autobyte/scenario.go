@@ -62,7 +62,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
-	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
+	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
 	fs.Float64Var(&f.jitter, "jitter", 0, "sim: slow each compute step by a random factor in [1, 1+jitter)")
@@ -278,8 +278,10 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, err
 		}
 	}
-	if cfg.Compression, err = dtype.Parse(f.compression); err != nil {
-		return o, fmt.Errorf("--compression: %w", err)
+	if f.compression != "auto" {
+		if cfg.Compression, err = dtype.Parse(f.compression); err != nil {
+			return o, fmt.Errorf("--compression: %w (or auto)", err)
+		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
 		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
@@ -288,6 +290,16 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		return o, err
 	}
 	return o, nil
+}
+
+// tunerCompress is the type the autobyte tuner may switch compression to:
+// bfloat16 under --compression auto (the job starts uncompressed), none
+// otherwise (the compression is pinned).
+func (f *scenarioFlags) tunerCompress() dtype.DType {
+	if f.compression == "auto" {
+		return dtype.BF16
+	}
+	return dtype.F32
 }
 
 // budgetFlag names the flag and value behind a budget refusal (see

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/dtype"
+	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
 	"github.com/autobyte/autobyte/trace"
@@ -48,7 +50,7 @@ scripts/message-cost.sh).`,
 			if o.MessageCostS, err = units.ParseDuration(messageCost); err != nil {
 				return fmt.Errorf("--message-cost: %w", err)
 			}
-			tn, err := tf.build(o, f.seed)
+			tn, err := tf.build(o, f.seed, f.tunerCompress())
 			if err != nil {
 				return err
 			}
@@ -131,6 +133,10 @@ type configAt struct {
 	CreditBytes    int64  `json:"credit_bytes"`
 	Order          string `json:"order"`
 	Admission      string `json:"admission"`
+	// Compression is the gradients' wire type when compressed (absent:
+	// float32).
+	Compression string `json:"compression,omitempty"`
+	config      sched.Config
 }
 
 // linkReport summarises the bytes carried per link over the run.
@@ -192,8 +198,12 @@ func lowerBound(o sim.Options, r *sim.Result) float64 {
 func configsOf(cs []sim.ConfigChange) []configAt {
 	out := []configAt{}
 	for _, c := range cs {
-		out = append(out, configAt{FromIteration: c.FromIteration, PartitionBytes: c.Config.PartitionBytes,
-			CreditBytes: c.Config.CreditBytes, Order: c.Config.Order.String(), Admission: c.Config.Admission.String()})
+		ca := configAt{FromIteration: c.FromIteration, PartitionBytes: c.Config.PartitionBytes,
+			CreditBytes: c.Config.CreditBytes, Order: c.Config.Order.String(), Admission: c.Config.Admission.String(), config: c.Config}
+		if c.Config.Compression != dtype.F32 {
+			ca.Compression = c.Config.Compression.String()
+		}
+		out = append(out, ca)
 	}
 	return out
 }
@@ -227,7 +237,7 @@ func (r simReport) writeText(w io.Writer) error {
 			if i > 0 {
 				fmt.Fprint(tw, "; ")
 			}
-			fmt.Fprintf(tw, "from %d: partition %s, credit %s", c.FromIteration, sz(c.PartitionBytes), sz(c.CreditBytes))
+			fmt.Fprintf(tw, "from %d: %s", c.FromIteration, knobs(c.config))
 		}
 		fmt.Fprintf(tw, "\n\tmean over the run %s\n", units.FormatSeconds(r.MeanIterationS))
 	}
