@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
@@ -80,12 +81,15 @@ const (
 	ByteScheduler = "bytescheduler"
 	BO            = "bo"
 	AutoByte      = "autobyte"
-	BestStatic    = "best-static"
-	OracleName    = "oracle"
+	// AutoByteCompress is autobyte allowed to turn bfloat16 compression
+	// on (--compression auto); the static baselines stay float32.
+	AutoByteCompress = "autobyte+compression"
+	BestStatic       = "best-static"
+	OracleName       = "oracle"
 )
 
 // Tuners lists the tuners in table order.
-var Tuners = []string{Fifo, ByteScheduler, BO, AutoByte, BestStatic, OracleName}
+var Tuners = []string{Fifo, ByteScheduler, BO, AutoByte, AutoByteCompress, BestStatic, OracleName}
 
 // TunerRun is one tuner's run of a scenario.
 type TunerRun struct {
@@ -196,7 +200,7 @@ func Evaluate(o Options) (*Report, error) {
 	// Stage 1: every tuner but the oracle, and every static candidate.
 	var jobs []job
 	for i := range suite {
-		for _, t := range []string{Fifo, ByteScheduler, BO, AutoByte} {
+		for _, t := range []string{Fifo, ByteScheduler, BO, AutoByte, AutoByteCompress} {
 			jobs = append(jobs, job{scenario: i, tuner: t})
 		}
 		for c := range cands {
@@ -329,8 +333,12 @@ func runTuner(name string, so sim.Options, boTrial, boDelay int) (*sim.Result, e
 			return nil, err
 		}
 		so.Tuner = bo
-	case AutoByte:
-		ab, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+	case AutoByte, AutoByteCompress:
+		o := tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1}
+		if name == AutoByteCompress {
+			o.Compress = dtype.BF16
+		}
+		ab, err := tune.NewAutoByte(o)
 		if err != nil {
 			return nil, err
 		}
