@@ -26,6 +26,6 @@ func newRoot() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.AddCommand(newSimCmd(), newModelsCmd(), newDemoCmd(), newSweepCmd(), newServerCmd(), newWorkerCmd(), newLaunchCmd(), newTestbedCmd())
-	root.AddCommand(newTuneCmd(), newProbeCmd())
+	root.AddCommand(newTuneCmd(), newProbeCmd(), newPlotCmd())
 	return root
 }

@@ -209,6 +209,8 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--iterations", "0"}, "got 0"},
 		{[]string{"sim", "--model", "toy3", "--jitter", "-1"}, "got -1"},
 		{[]string{"sim", "--model", "toy3", "--compression", "int8"}, `--compression: dtype: unknown element type "int8"`},
+		{[]string{"plot", "--out", filepath.Join(dir, "p.png"), "nofile"}, `run "nofile": want NAME=RESULT_FILE`},
+		{[]string{"plot", "a=b"}, "--out must name"},
 		{[]string{"launch", "--model", "toy3", "--compression", "fp8"}, `--compression: dtype: unknown element type "fp8"`},
 		{[]string{"sim", "--model", "toy3", "--shard", "lots"}, `"lots"`},
 		{[]string{"sim", "--model", "toy3", "--trace", filepath.Join(dir, "no", "such", "dir", "t.json")}, "t.json"},
