@@ -7,7 +7,7 @@
 // It owns partitioning and admission (through package sched), the priority
 // key a piece travels with, configuration epochs and their history, the
 // placement of pieces on parameter servers (package placement, cached per
-// partitioning), the countdown of a sharded piece's answers, the per-layer
+// partitioning and compression), the countdown of a sharded piece's answers, the per-layer
 // gates and the global barrier of fifo, the leader's announcements to its
 // followers (of pieces, parameter servers and ring alike, and of epochs),
 // and the rule for when a tuner's proposal may apply (Schedule). On the

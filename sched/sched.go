@@ -1,6 +1,8 @@
 // Package sched is the scheduling core: it turns gradient tasks (one per
 // tensor per iteration) into pieces, orders them, and admits them under a
-// credit window, as ByteScheduler does.
+// credit window, as ByteScheduler does. A configuration's compression
+// decides how many bytes a float32 task's pieces take (Task.Cut); what the
+// bytes hold is not its business.
 //
 // It is a pure, deterministic state machine in the style of etcd's raft
 // package: inputs are calls (a task was posted, a piece finished, a new
