@@ -34,6 +34,29 @@ accumulate into ``.grad`` (DDP's ``model.no_sync()``), and
 K-th pass (Horovod's). ``model.state_dict()``, ``optimizer.state_dict()`` and
 both ``load_state_dict()`` apply pending updates first, so checkpoints can be
 taken and loaded at any step.
+
+16-bit training:
+
+* A model converted with ``model.to(torch.bfloat16)`` or ``model.half()``
+  trains as is: each parameter's gradient travels in the parameter's own
+  type (half the bytes), is summed in float32 on the servers or around the
+  ring and rounded back to that type, and the update is computed in that
+  type, as plain torch and DDP do. Parameters of other dtypes than float32,
+  bfloat16 and float16 are refused. (The engine's staging buffers are
+  float32: twice a 16-bit model's parameter memory.)
+* ``ab.init(compression="bf16")`` or ``"fp16"`` (or ``autobyte launch
+  --compression``, which sets AUTOBYTE_COMPRESSION) sends a float32 model's
+  gradients in 16 bits: each worker's averaged gradient is rounded on the
+  way out, the sum is kept in float32 and rounded once more on the way back
+  (once per hop on the ring), and the parameters and the update stay
+  float32, like DDP's bf16_compress_hook and fp16_compress_hook. fp16
+  payloads carry a power-of-two scale, so gradients neither overflow nor
+  flush to zero. ``"none"`` (the default) sends float32; ``"auto"`` lets
+  the autobyte tuner (AUTOBYTE_TUNER=autobyte) switch bf16 on and off while
+  the job runs. The start-of-job broadcast of rank 0's parameters and
+  buffers never goes through a compressed tensor: it stays exact.
+* ``torch.autocast("cpu", dtype=torch.bfloat16)`` needs nothing: the
+  parameters and their gradients stay float32.
 """
 
 import atexit
@@ -44,6 +67,7 @@ import weakref
 
 from .. import AutobyteError
 from .._native import library_path
+from .layout import wire_of_compression
 from .optim import PER_PARAMETER, check_supported
 from .session import Session
 
@@ -58,7 +82,7 @@ _initialised = False
 _sessions = []  # weak references to live sessions
 
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
-          "peer_timeout", "log_level", "listen", "trace"}
+          "peer_timeout", "log_level", "listen", "trace", "compression"}
 
 
 def _env_int(name, default):
@@ -79,12 +103,18 @@ def init(**settings):
     the engine. Keyword settings override the AUTOBYTE_* environment, e.g.
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
-    bandwidth, peer_timeout, log_level, and trace (a file for this
-    worker's timeline, see autobyte.timeline)."""
+    bandwidth, peer_timeout, log_level, trace (a file for this
+    worker's timeline, see autobyte.timeline) and compression (none, bf16
+    or fp16: the type float32 parameters' gradients travel in; auto: the
+    autobyte tuner, AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
+    communication-bound)."""
     global _initialised
     for k, v in settings.items():
         if k not in _KNOWN:
             raise AutobyteError("autobyte.init: unknown setting %r (known: %s)" % (k, ", ".join(sorted(_KNOWN))))
+        if k == "compression":
+            wire_of_compression(v, "compression")
+    for k, v in settings.items():
         _settings["AUTOBYTE_" + k.upper()] = str(v)
     r, n = rank(), size()
     if r >= n:

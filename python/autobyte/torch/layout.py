@@ -1,12 +1,28 @@
-"""Which tensors the engine synchronises, and in which layers.
+"""Which tensors the engine synchronises, in which layers, and in which types.
 
-Each trainable float32 parameter the optimizer updates is one engine tensor.
+Each trainable parameter the optimizer updates (float32, bfloat16 or
+float16) is one engine tensor.
 The parameters a module owns directly form one layer; layers are numbered in
 ``model.modules()`` order (forward order for ``nn.Sequential``-style models,
 and the order ByteScheduler's PyTorch plugin uses), and lower layers are sent
 first. A parameter registered in several modules belongs to the first.
 Everything else the model holds (frozen parameters, parameters the optimizer
 does not update, buffers) is rank 0's state, broadcast once at the start.
+
+Wire types: a 16-bit parameter's gradient travels in its own type; a float32
+parameter's in the job's compression (float32 unless AUTOBYTE_COMPRESSION or
+init(compression=...) says bf16 or fp16). The engine is always handed
+float32 buffers and rounds them to the wire type itself.
+
+The broadcast at the start must be exact, so a parameter goes through its
+own tensor only where that tensor's wire carries rank 0's values unchanged:
+a float32 wire, or a bfloat16 parameter on its bfloat16 wire (rank 0's
+values plus zeros, rounded once to bfloat16, are rank 0's values). The
+parameters of every other layer (compressed float32 ones, and float16 ones,
+whose per-payload scale can push subnormals out of range) are broadcast
+through float32 tensors of their own in one more layer, with the state;
+those tensors are posted at iteration 0 only, from the same staging
+buffers, so they cost no memory.
 """
 
 import torch
@@ -17,6 +33,29 @@ from .. import AutobyteError
 # which is exact for these dtypes and for integers up to 2**24.
 _EXACT_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 _INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+
+# The parameters autobyte trains, and the wire type each 16-bit one travels in.
+_WIRE_OF = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+TRAINABLE = (torch.float32,) + tuple(_WIRE_OF)
+
+# compression= / AUTOBYTE_COMPRESSION values, as the engine reads them
+# (dtype.Parse), and the wire type each means for float32 parameters.
+_COMPRESSION = {"none": "float32", "float32": "float32", "fp32": "float32", "f32": "float32", "": "float32",
+                "bf16": "bfloat16", "bfloat16": "bfloat16",
+                "fp16": "float16", "float16": "float16", "f16": "float16", "half": "float16"}
+
+
+def wire_of_compression(value, where):
+    """The wire type of float32 parameters at iteration 0 (the broadcast)
+    under compression `value`: none, bf16 or fp16 (None: none), or auto
+    (the autobyte tuner may turn bf16 on later; it starts uncompressed).
+    where names the setting in errors."""
+    if value is None or str(value) == "auto":
+        return "float32"
+    wire = _COMPRESSION.get(str(value).strip().lower())
+    if wire is None:
+        raise AutobyteError("autobyte: %s=%r is not a compression: want none, bf16, fp16 or auto" % (where, value))
+    return wire
 
 
 def check_broadcastable(name, t):
@@ -30,20 +69,25 @@ def check_broadcastable(name, t):
         if t.numel() and t.abs().max().item() > 2 ** 24:
             raise AutobyteError("autobyte: %s holds integers above 2**24, which the float32 broadcast cannot carry exactly" % name)
         return
-    raise AutobyteError("autobyte: %s has dtype %s; autobyte synchronises float32 parameters and broadcasts float32/16, bfloat16 and integer state" % (name, t.dtype))
+    raise AutobyteError("autobyte: %s has dtype %s; autobyte synchronises float32, bfloat16 and float16 parameters and broadcasts float32/16, bfloat16 and integer state" % (name, t.dtype))
 
 
 class Layout:
     """The model's parameters as engine tensors and layers.
 
-    params[t], names[t], layer_of[t], group_of[t]: tensor t's parameter, its
-    name in the model, its layer and its optimizer parameter group.
-    layer_params[l]: the tensors of layer l. module_layer: id(module) -> the
-    layer of the parameters it owns. state: (description, tensor) of
-    everything rank 0 broadcasts besides the parameters.
+    params[t], names[t], layer_of[t], group_of[t], wire[t]: tensor t's
+    parameter, its name in the model, its layer, its optimizer parameter
+    group and the type its gradient travels in at iteration 0 (16-bit
+    parameters: always). layer_params[l]: the tensors
+    of layer l. module_layer: id(module) -> the layer of the parameters it
+    owns. state: (description, tensor) of everything rank 0 broadcasts
+    besides the parameters. broadcast_layers: the layers whose parameters
+    are broadcast through their own tensors; bcast_tensor[t]: the float32
+    broadcast tensor of parameter t of any other layer (see the module's
+    docstring).
     """
 
-    def __init__(self, model, optimizer):
+    def __init__(self, model, optimizer, compression="float32"):
         in_opt = {}
         for gi, g in enumerate(optimizer.param_groups):
             for p in g["params"]:
@@ -56,7 +100,7 @@ class Layout:
                 if id(p) not in names:
                     raise AutobyteError("autobyte: the optimizer's parameter group %d holds a %s tensor that is not a parameter of the model" % (gi, tuple(p.shape)))
 
-        self.params, self.names, self.layer_of, self.group_of = [], [], [], []
+        self.params, self.names, self.layer_of, self.group_of, self.wire = [], [], [], [], []
         self.layer_params = []
         self.module_layer = {}
         seen = set()
@@ -69,21 +113,23 @@ class Layout:
                 name = names[id(p)]
                 if p.device.type != "cpu":
                     raise AutobyteError("autobyte: parameter %s is on device %s; the engine reads gradients from CPU memory, so train on the CPU (GPU tensors are not supported yet)" % (name, p.device))
-                if p.dtype != torch.float32:
-                    raise AutobyteError("autobyte: parameter %s has dtype %s; only float32 parameters can be trained (convert the model with .float())" % (name, p.dtype))
+                if p.dtype not in TRAINABLE:
+                    raise AutobyteError("autobyte: parameter %s has dtype %s; autobyte trains float32, bfloat16 and float16 parameters "
+                                        "(convert the model with .float(), .bfloat16() or .half())" % (name, p.dtype))
                 if p.is_sparse:
                     raise AutobyteError("autobyte: parameter %s is sparse; only dense parameters are supported" % name)
                 ids.append(len(self.params))
                 self.params.append(p)
                 self.names.append(name)
                 self.group_of.append(in_opt[id(p)])
+                self.wire.append(_WIRE_OF.get(p.dtype, compression))
             if ids:
                 layer = len(self.layer_params)
                 self.layer_params.append(ids)
                 self.module_layer[id(mod)] = layer
                 self.layer_of.extend([layer] * len(ids))
         if not self.params:
-            raise AutobyteError("autobyte: the model has no trainable float32 parameters in the optimizer; nothing to synchronise")
+            raise AutobyteError("autobyte: the model has no trainable float32 parameters in the optimizer (nor bfloat16 or float16 ones); nothing to synchronise")
 
         trainable = set(id(p) for p in self.params)
         self.state = []
@@ -96,15 +142,46 @@ class Layout:
             check_broadcastable(n, t)
         self.state_elems = sum(t.numel() for _, t in self.state)
 
+        def exact(t):
+            return self.wire[t] == "float32" or (self.wire[t] == "bfloat16" and self.params[t].dtype == torch.bfloat16)
+        # A layer's gate opens when all its tensors are in: its parameters
+        # are broadcast all through their own tensors or none.
+        self.broadcast_layers = [l for l, ts in enumerate(self.layer_params) if all(exact(t) for t in ts)]
+        own = set(self.broadcast_layers)
+        self.bcast_tensor = {}
+        n = len(self.params)
+        for t in range(len(self.params)):
+            if self.layer_of[t] not in own:
+                self.bcast_tensor[t] = n
+                n += 1
+        self.state_tensor = n if self.state_elems else None
+
     @property
     def layers(self):
         return len(self.layer_params)
 
+    @property
+    def broadcast_layer(self):
+        """The layer of the float32 broadcast tensors, or None if there are none."""
+        return self.layers if self.bcast_tensor or self.state_elems else None
+
     def engine_tensors(self, extra):
         """The engine's tensor list: every parameter with `extra` more
-        elements, then the broadcast state as one more layer if any."""
-        tensors = [{"name": self.names[t], "layer": self.layer_of[t], "elems": self.params[t].numel() + extra}
-                   for t in range(len(self.params))]
+        elements, then, as one more layer, the float32 broadcast tensors of
+        the parameters that need them (bcast_tensor) and the state (if any).
+        16-bit parameters pin their own type as the wire, the broadcast
+        pins float32; float32 parameters leave it to the job's compression
+        (the engine reads it; a tuner may change it for later iterations,
+        never for iteration 0, the broadcast)."""
+        tensors = []
+        for t, p in enumerate(self.params):
+            tensor = {"name": self.names[t], "layer": self.layer_of[t], "elems": p.numel() + extra}
+            if p.dtype in _WIRE_OF:
+                tensor["wire"] = _WIRE_OF[p.dtype]  # pinned; float32 ones travel in the job's compression
+            tensors.append(tensor)
+        for t in sorted(self.bcast_tensor, key=self.bcast_tensor.get):
+            tensors.append({"name": "(broadcast) " + self.names[t], "layer": self.layers,
+                            "elems": self.params[t].numel(), "wire": "float32"})
         if self.state_elems:
-            tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems})
+            tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems, "wire": "float32"})
         return tensors

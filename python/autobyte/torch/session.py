@@ -14,6 +14,17 @@ Each buffer has one element more than its parameter: 1 where the worker had
 a gradient for it, else 0. Their sum says whether any worker had one; where
 none had, the update leaves the parameter alone, as torch does for a
 parameter whose .grad is None (and as DDP does for one unused everywhere).
+The buffers are float32 whatever the parameter's type; on a 16-bit wire the
+flags' sums (small integers) stay exact: bfloat16 holds integers up to 256
+exactly, and float16's per-payload power-of-two scale only moves a flag's
+exponent (it would flush to zero only beside a value of 2**39 or more in the
+same payload).
+
+16-bit parameters: the gradient is copied into the float32 buffer exactly
+(and divided by the number of workers there); the engine rounds it to the
+parameter's own type on the wire, so the sum it writes back is a value of
+that type, and the update is given it converted back (exact; for float16,
+exact within float16's range, as any float16 sum would be).
 """
 
 import contextlib
@@ -26,7 +37,7 @@ from .. import AutobyteError
 from .._native import Engine
 from ..timeline import Timeline, now
 from . import hooks
-from .layout import Layout
+from .layout import Layout, wire_of_compression
 from .optim import LayerUpdates, hyper_parameters
 
 
@@ -43,7 +54,11 @@ class Session:
         outer, model = model, inner if inner is not None else model
         self.opt, self.model = optimizer, model
         self.passes_per_step = backward_passes_per_step
-        L = self.layout = Layout(model, optimizer)
+        compression = settings.get("AUTOBYTE_COMPRESSION")
+        where = "compression"
+        if compression is None:
+            compression, where = os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
+        L = self.layout = Layout(model, optimizer, wire_of_compression(compression, where))
         self.params, self.names = L.params, L.names
         self.updates = LayerUpdates(optimizer, L)  # before the engine: nothing to close if it fails
 
@@ -56,7 +71,7 @@ class Session:
             if self.timeline is not None:
                 self.timeline.close()
             raise
-        self.state_tensor = len(self.params) if L.state_elems else None
+        self.state_tensor = L.state_tensor
 
         self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
         self.buf = [f[:-1].view(p.shape) for f, p in zip(self.flat, self.params)]
@@ -105,24 +120,33 @@ class Session:
         return k + 1
 
     def _broadcast(self):
+        # Rank 0 posts its values, the others negative zeros: x + (-0) is x
+        # for every x (+0 included), so the sums are rank 0's bits. Layers
+        # whose wire would round (see layout.py) go through their float32
+        # broadcast tensors, from the same buffers; their own tensors skip
+        # iteration 0, and their gates are not waited for.
         L = self.layout
         with torch.no_grad():
             for t, p in enumerate(self.params):
                 f = self.flat[t]
-                f.zero_()
+                f.fill_(-0.0)
                 if self.me == 0:
                     self.buf[t].copy_(p)
-                self.engine.post(t, 0, f.data_ptr(), f.numel())
+                tensor = L.bcast_tensor.get(t, t)
+                self.engine.post(tensor, 0, f.data_ptr(), f.numel() if tensor == t else p.numel())
             flat = None
             if self.state_tensor is not None:
-                flat = torch.zeros(L.state_elems, dtype=torch.float32)
+                flat = torch.full((L.state_elems,), -0.0, dtype=torch.float32)
                 if self.me == 0:
                     off = 0
                     for _, x in L.state:
                         flat[off:off + x.numel()].copy_(x.reshape(-1).to(torch.float32))
                         off += x.numel()
                 self.engine.post(self.state_tensor, 0, flat.data_ptr(), flat.numel())
-            for layer in range(L.layers + (1 if flat is not None else 0)):
+            layers = list(L.broadcast_layers)
+            if L.broadcast_layer is not None:
+                layers.append(L.broadcast_layer)
+            for layer in layers:
                 self.engine.wait_layer(layer, 0)
             for t, p in enumerate(self.params):
                 p.copy_(self.buf[t])
@@ -180,7 +204,11 @@ class Session:
                     raise AutobyteError("autobyte: parameter %s has a sparse gradient; only dense gradients are supported" % self.names[t])
                 # Averaged before summing, as DDP does, so the two round
                 # alike; this is the one copy on the way in.
-                torch.div(g, self.world, out=b)
+                if g.dtype == torch.float32:
+                    torch.div(g, self.world, out=b)
+                else:
+                    b.copy_(g)  # exact; the engine rounds the quotient to g's type on the wire
+                    b.div_(self.world)
                 f[-1] = 1.0
             else:
                 f.zero_()
@@ -273,7 +301,10 @@ class Session:
 
     def _grad_of(self, t):
         # The summed flags: how many workers had a gradient for t.
-        return self.buf[t] if self.flat[t][-1].item() > 0 else None
+        if self.flat[t][-1].item() <= 0:
+            return None
+        p = self.params[t]
+        return self.buf[t] if p.dtype == torch.float32 else self.buf[t].to(p.dtype)
 
     def _apply(self, layer, k):
         """Waits for layer's sums of step k and applies the update."""
