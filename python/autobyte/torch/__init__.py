@@ -57,6 +57,22 @@ taken and loaded at any step.
   buffers never goes through a compressed tensor: it stays exact.
 * ``torch.autocast("cpu", dtype=torch.bfloat16)`` needs nothing: the
   parameters and their gradients stay float32.
+* Loss scaling (``torch.amp.GradScaler("cpu")``, e.g. with float16
+  autocast, which torch 2 has on the CPU; torch 1.13 has neither) must see
+  the synchronised gradients, or each worker would decide on its own
+  whether to skip a step. Call ``optimizer.sync_gradients()`` between
+  backward and ``scaler.step(optimizer)``::
+
+      scaler.scale(loss).backward()
+      optimizer.sync_gradients()   # this step's sums, averaged, in .grad
+      scaler.step(optimizer)       # every worker sees the same inf/NaN, skips alike
+      scaler.update()
+
+  sync_gradients() ends the step's communication and the next step()
+  applies the whole update at once (as DDP does), instead of layer by layer
+  in the next forward; gradient clipping uses it the same way. An inf or
+  NaN on any worker reaches every worker's sum, compressed or not. A
+  GradScaler stepping a fused optimizer without it is refused.
 """
 
 import atexit
@@ -166,8 +182,10 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
 
     The same object is returned (so learning-rate schedulers keep working),
     with step(), state_dict() and load_state_dict() bound to the engine and
-    three methods added: no_sync() (a context manager: backward passes in it
-    only accumulate gradients), synchronize() and autobyte_report();
+    four methods added: no_sync() (a context manager: backward passes in it
+    only accumulate gradients), synchronize(), sync_gradients() (this
+    step's synchronised gradients in .grad now, for a GradScaler or
+    gradient clipping; step() then updates at once) and autobyte_report();
     zero_grad() is the optimizer's own. Rank 0's parameters and buffers are
     broadcast first (unless broadcast=False). backward_passes_per_step=K
     accumulates K backward passes per step() and synchronises the K-th.
@@ -194,6 +212,9 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
     def synchronize(self):
         self._autobyte.synchronize()
 
+    def sync_gradients(self):
+        self._autobyte.sync_gradients()
+
     def no_sync(self):
         return self._autobyte.no_sync()
 
@@ -209,6 +230,7 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
 
     optimizer.step = types.MethodType(step, optimizer)
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
+    optimizer.sync_gradients = types.MethodType(sync_gradients, optimizer)
     optimizer.no_sync = types.MethodType(no_sync, optimizer)
     optimizer.autobyte_report = types.MethodType(autobyte_report, optimizer)
     optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)

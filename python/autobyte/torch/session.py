@@ -25,6 +25,13 @@ same payload).
 parameter's own type on the wire, so the sum it writes back is a value of
 that type, and the update is given it converted back (exact; for float16,
 exact within float16's range, as any float16 sum would be).
+
+sync_gradients() is the other way to finish a step: it waits for all of
+this step's sums and puts them, averaged, in every parameter's .grad, so
+that a GradScaler's inf/NaN check (or gradient clipping) sees the same
+synchronised gradient on every worker; the next step() then applies the
+whole update at once from .grad, and a step() the scaler skips is skipped
+on every worker alike.
 """
 
 import contextlib
@@ -85,6 +92,7 @@ class Session:
         self.no_sync_depth = 0
         self.passes = 0  # backward passes finished in this step
         self.pass_syncs = None  # in a pass: whether it posts the gradients
+        self.grads_synced = False  # sync_gradients() ended the step before; step() not yet called
         self.closed = False
 
         if broadcast:
@@ -193,6 +201,9 @@ class Session:
         if self.closed:
             raise AutobyteError("autobyte: gradient of %s computed after the optimizer was shut down" % self.names[t])
         k = self.iteration
+        # Posting the next step's gradients after sync_gradients() without a
+        # step() in between: that update was skipped (e.g. by a GradScaler).
+        self.grads_synced = False
         # The buffer still holds the previous step's sum if the parameter's
         # module did not run in this step's forward passes.
         self._apply(self.layout.layer_of[t], k - 1)
@@ -330,6 +341,15 @@ class Session:
         with self.lock:
             if self.closed:
                 raise AutobyteError("autobyte: optimizer.step() after shutdown")
+            if self.grads_synced:
+                # sync_gradients() put this step's sums in .grad: the
+                # wrapped optimizer's own update, on the whole model at once.
+                self.grads_synced = False
+                return type(self.opt).step(self.opt)
+            if getattr(self.opt, "found_inf", None) is not None:
+                raise AutobyteError("autobyte: a GradScaler is stepping %s without synchronised gradients: call "
+                                    "optimizer.sync_gradients() before scaler.step(optimizer), so that every worker "
+                                    "checks the same gradients for inf/NaN" % type(self.opt).__name__)
             k = self.iteration
             # Gradients not yet posted (a step after fewer backward passes
             # than backward_passes_per_step, or only no_sync() passes) are
@@ -341,6 +361,42 @@ class Session:
                 self._delegate_silent_layers()
             self.iteration = k + 1
             self.passes = 0
+
+    def sync_gradients(self):
+        """Ends this step's synchronisation now: waits for every sum and
+        puts it, averaged over the workers, in each parameter's .grad (None
+        where no worker had a gradient). The next step() applies the update
+        from .grad at once; without a step() before the next backward pass,
+        the update is skipped (on every worker, if they all skip it)."""
+        with self.lock:
+            if self.closed:
+                raise AutobyteError("autobyte: optimizer.sync_gradients() after shutdown")
+            if self.grads_synced:
+                return
+            self.synchronize()  # the step before, if its update is pending
+            k = self.iteration
+            self._post_rest()
+            if self.probes:
+                self._delegate_silent_layers()
+            t0 = now()
+            with torch.no_grad():
+                for layer, ts in enumerate(self.layout.layer_params):
+                    self.engine.wait_layer(layer, self._engine_iter(k))
+                    for t in ts:
+                        g, p = self._grad_of(t), self.params[t]
+                        if g is None:
+                            p.grad = None
+                        elif p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype and not p.grad.is_sparse:
+                            p.grad.copy_(g)
+                        else:
+                            p.grad = g.clone() if g.data_ptr() == self.buf[t].data_ptr() else g
+                    self.applied[layer] = k
+            if self.timeline is not None:
+                self.timeline.span("sync gradients", "wait", t0, now(), step=k)
+            self.applied_all = k
+            self.iteration = k + 1
+            self.passes = 0
+            self.grads_synced = True
 
     def synchronize(self):
         with self.lock:
