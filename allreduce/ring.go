@@ -507,8 +507,7 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 		// Added in float32, rounded once into the payload, which becomes
 		// the next step's; dst keeps the rounded values, so the rank that
 		// completes the chunk holds what the all-gather hands the others.
-		d.Add(dst, f.Payload, exp)
-		exp = d.Round(f.Payload, dst)
+		exp = d.AddRound(dst, f.Payload, exp)
 	}
 	if s+1 == r.steps {
 		return nil

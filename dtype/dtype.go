@@ -107,6 +107,11 @@ func (d DType) Scale(src []float32) int {
 			m = a
 		}
 	}
+	return scaleOf(m)
+}
+
+// scaleOf is Scale's exponent for data whose largest finite magnitude is m.
+func scaleOf(m float32) int {
 	if m == 0 {
 		return 0
 	}
@@ -237,6 +242,59 @@ func (d DType) Round(dst []byte, vals []float32) (exp int) {
 		d.Decode(vals, dst, exp)
 	}
 	return exp
+}
+
+// AddRound is Add followed by Round, in fewer passes over the data (the
+// ring's hot loop): it adds the values encoded in b (exponent exp) to
+// vals, encodes the sums back into b with the scale Scale picks for them,
+// leaves in vals what b now holds, and returns the new exponent. For F32
+// the sums are exact float32 and b holds them.
+func (d DType) AddRound(vals []float32, b []byte, exp int) int {
+	d.check("AddRound", len(b), len(vals))
+	switch d {
+	case F32:
+		d.Add(vals, b, exp)
+		d.Encode(b, vals, 0)
+		return 0
+	case BF16:
+		if u, ok := u16s(b); ok {
+			u = u[:len(vals)]
+			for i, h := range u {
+				r := bf16(vals[i] + math.Float32frombits(uint32(h)<<16))
+				u[i] = r
+				vals[i] = math.Float32frombits(uint32(r) << 16)
+			}
+			return 0
+		}
+	case F16:
+		if u, ok := u16s(b); ok && exp >= -126 && exp <= 127 {
+			// Pass 1 adds and finds the largest magnitude (Scale's rule),
+			// pass 2 encodes and keeps the encoded values.
+			in := float32(math.Ldexp(1, -exp))
+			u = u[:len(vals)]
+			var m float32
+			for i, h := range u {
+				v := vals[i] + f16[h]*in
+				vals[i] = v
+				if a := float32(math.Abs(float64(v))); a > m && a <= math.MaxFloat32 {
+					m = a
+				}
+			}
+			out := scaleOf(m) // in [-113, 127]: float32 powers of two
+			if out < -126 || out > 127 {
+				return d.Round(b, vals) // vals hold the sums already
+			}
+			sc, back := float32(math.Ldexp(1, out)), float32(math.Ldexp(1, -out))
+			for i, v := range vals {
+				h := f32to16(v * sc)
+				u[i] = h
+				vals[i] = f16[h] * back
+			}
+			return out
+		}
+	}
+	d.Add(vals, b, exp)
+	return d.Round(b, vals)
 }
 
 func (d DType) check(op string, bytes, elems int) {

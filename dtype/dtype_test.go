@@ -213,6 +213,36 @@ func TestUnalignedMatchesAligned(t *testing.T) {
 	}
 }
 
+// AddRound gives the bits of Add then Round, aligned or not.
+func TestAddRoundMatchesAddThenRound(t *testing.T) {
+	rng := rand.New(rand.NewSource(5))
+	for _, d := range []DType{F32, BF16, F16} {
+		for _, offset := range []int{0, 1} {
+			vals := make([]float32, 77)
+			in := make([]float32, 77)
+			for i := range vals {
+				vals[i] = float32(rng.NormFloat64() * math.Pow(2, float64(rng.Intn(30)-15)))
+				in[i] = float32(rng.NormFloat64() * math.Pow(2, float64(rng.Intn(30)-15)))
+			}
+			b1 := make([]byte, d.Size()*len(in)+offset)[offset:]
+			exp := d.Round(b1, in)
+			b2 := append([]byte(nil), b1...)
+			v1, v2 := append([]float32(nil), vals...), append([]float32(nil), vals...)
+			d.Add(v1, b1, exp)
+			e1 := d.Round(b1, v1)
+			e2 := d.AddRound(v2, b2, exp)
+			if e1 != e2 || string(b1) != string(b2) {
+				t.Fatalf("%v offset %d: AddRound wrote other bytes (exponent %d, want %d)", d, offset, e2, e1)
+			}
+			for i := range v1 {
+				if math.Float32bits(v1[i]) != math.Float32bits(v2[i]) {
+					t.Fatalf("%v offset %d element %d: AddRound left %v, Add+Round %v", d, offset, i, v2[i], v1[i])
+				}
+			}
+		}
+	}
+}
+
 func TestSizesMismatchPanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
@@ -233,6 +263,22 @@ func BenchmarkEncode(b *testing.B) {
 			b.SetBytes(int64(4 * len(src)))
 			for b.Loop() {
 				d.Encode(dst[:d.Size()*len(src)], src, d.Scale(src))
+			}
+		})
+	}
+}
+
+func BenchmarkAddRound(b *testing.B) {
+	acc := make([]float32, 1<<18)
+	src := make([]byte, 4*len(acc))
+	for _, d := range []DType{F32, BF16, F16} {
+		b.Run(d.String(), func(b *testing.B) {
+			b.SetBytes(int64(4 * len(acc)))
+			for b.Loop() {
+				for i := range acc {
+					acc[i] = 0
+				}
+				d.AddRound(acc, src[:d.Size()*len(acc)], 0)
 			}
 		})
 	}
