@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# What compression buys on the testbed: a replay job (each process in its
+# own network namespace, tc shaping every host to RATE both ways) run
+# ROUNDS times per compression (none, bf16, fp16, alternating), with its
+# median steady-state iteration time beside `autobyte sim` given the same
+# flags, and the speedup over none. Sums are verified in every run.
+#
+#   sudo scripts/testbed-compression.sh [MODEL] [RATE] [WORKERS] [SERVERS] [ITERATIONS] [COMPUTE_SCALE] [ROUNDS]
+#
+# SERVERS 0 runs ring all-reduce.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+model=${1:-resnet50} rate=${2:-1Gbps} workers=${3:-4} servers=${4:-2} iters=${5:-10} scale=${6:-8} rounds=${7:-3}
+ab=${AUTOBYTE_BIN:-/tmp/autobyte-compression}
+if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
+topo=(--servers "$servers")
+[ "$servers" = 0 ] && topo=(--arch allreduce)
+declare -A runs
+for r in $(seq "$rounds"); do
+  for c in none bf16 fp16; do
+    out=$("$ab" launch --testbed abcomp --model "$model" --workers "$workers" "${topo[@]}" \
+        --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --compression "$c" --json 2>/dev/null)
+    read -r m v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
+    if [ "$v" != "True" ]; then echo "round $r $c: sums not verified" >&2; exit 1; fi
+    runs[$c]="${runs[$c]:-} $m"
+    echo "round $r $c: $m s" >&2
+  done
+done
+base=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[none]})
+printf "%-12s %10s %10s %8s %8s  %s\n" compression measured_s simulated_s diff speedup rounds
+for c in none bf16 fp16; do
+  med=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[$c]})
+  p=$("$ab" sim --model "$model" --workers "$workers" "${topo[@]}" --bandwidth "$rate" \
+      --iterations "$iters" --compute-scale "$scale" --compression "$c" --json |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_time_s"])')
+  printf "%-12s %10.3f %10.3f %+7.1f%% %7.2fx  %s\n" "$c" "$med" "$p" "$(awk -v a="$med" -v b="$p" 'BEGIN{print 100*(a/b-1)}')" \
+    "$(awk -v a="$base" -v b="$med" 'BEGIN{print a/b}')" "${runs[$c]}"
+done
