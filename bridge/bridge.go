@@ -27,6 +27,7 @@ import (
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/observe"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
@@ -48,6 +49,11 @@ type Tensor struct {
 	// travels in the configuration's compression (AUTOBYTE_COMPRESSION,
 	// or what a tuner chooses). Posted data is float32 whatever the wire.
 	Wire string `json:"wire,omitempty"`
+	// Iterations says which iterations post it: "" (every one), "first"
+	// (iteration 0 only: a broadcast at start) or "after_first" (every
+	// one but 0: a gradient whose parameter a "first" tensor broadcasts).
+	// The gates of an iteration wait for exactly the tensors it posts.
+	Iterations string `json:"iterations,omitempty"`
 }
 
 // Request is what a binding sends to Open, as JSON.
@@ -191,6 +197,15 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		ShardBytes: shard, PullMode: pull}
 	for i, t := range req.Tensors {
 		et := worker.Tensor{Name: t.Name, Layer: t.Layer, Elems: t.Elems}
+		switch t.Iterations {
+		case "":
+		case "first":
+			et.Posted = proto.FirstOnly
+		case "after_first":
+			et.Posted = proto.AfterFirst
+		default:
+			return s, fmt.Errorf("bridge: tensor %d %q: iterations %q: want first, after_first or none", i, t.Name, t.Iterations)
+		}
 		if t.Wire != "" {
 			if et.Wire, err = dtype.Parse(t.Wire); err != nil {
 				return s, fmt.Errorf("bridge: tensor %d %q: %w", i, t.Name, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -70,8 +71,8 @@ func TestParseSettingsDefaults(t *testing.T) {
 // pinned to it, the others are float32 gradients the compression applies
 // to.
 func TestParseSettingsWire(t *testing.T) {
-	ts := []Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 2, Wire: "float32"}, {Name: "c", Layer: 1, Elems: 1, Wire: "bfloat16"}}
-	want := []worker.Tensor{{Name: "a", Layer: 0, Elems: 3}, {Name: "b", Layer: 0, Elems: 2, Wire: dtype.F32, Exact: true}, {Name: "c", Layer: 1, Elems: 1, Wire: dtype.BF16, Exact: true}}
+	ts := []Tensor{{Name: "a", Layer: 0, Elems: 3, Iterations: "after_first"}, {Name: "b", Layer: 0, Elems: 2, Wire: "float32"}, {Name: "c", Layer: 1, Elems: 1, Wire: "bfloat16", Iterations: "first"}}
+	want := []worker.Tensor{{Name: "a", Layer: 0, Elems: 3, Posted: proto.AfterFirst}, {Name: "b", Layer: 0, Elems: 2, Wire: dtype.F32, Exact: true}, {Name: "c", Layer: 1, Elems: 1, Wire: dtype.BF16, Exact: true, Posted: proto.FirstOnly}}
 	for comp, d := range map[string]dtype.DType{"": dtype.F32, "none": dtype.F32, "fp16": dtype.F16, "bf16": dtype.BF16} {
 		st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_COMPRESSION": comp}}, envOf(nil))
 		if err != nil {
@@ -109,6 +110,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "auto"}, twoTensors, `AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Wire: "float64"}}, `tensor 0 "a"`},
+		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Iterations: "second"}}, `tensor 0 "a": iterations "second"`},
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, twoTensors, "MASTER_PORT is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, twoTensors, `MASTER_PORT="99999"`},

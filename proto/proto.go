@@ -77,6 +77,46 @@ type Tensor struct {
 	// Compressible: float32 gradients that travel in the epoch's
 	// compression type (sched.Task.Cut).
 	Compressible bool
+	// Posted says which iterations post the tensor; the layer gates and
+	// fifo's barrier of an iteration wait for exactly those tensors.
+	Posted Iterations
+}
+
+// Iterations says which iterations post a tensor.
+type Iterations uint8
+
+const (
+	// EveryIteration posts the tensor in every iteration (a gradient).
+	EveryIteration Iterations = iota
+	// FirstOnly posts it in iteration 0 only (a binding's broadcast of
+	// parameters or state at start).
+	FirstOnly
+	// AfterFirst posts it in every iteration but 0 (a gradient whose
+	// parameter is broadcast through a FirstOnly tensor).
+	AfterFirst
+)
+
+// in reports whether a tensor posted so is posted in iteration k.
+func (p Iterations) in(k int) bool {
+	switch p {
+	case FirstOnly:
+		return k == 0
+	case AfterFirst:
+		return k > 0
+	}
+	return true
+}
+
+func (p Iterations) String() string {
+	switch p {
+	case EveryIteration:
+		return "every iteration"
+	case FirstOnly:
+		return "iteration 0 only"
+	case AfterFirst:
+		return "every iteration after 0"
+	}
+	return fmt.Sprintf("Iterations(%d)", uint8(p))
 }
 
 func (t Tensor) elemBytes() int64 {
@@ -220,12 +260,14 @@ func (r *Ready) Empty() bool {
 type Worker struct {
 	cfg    Config
 	layers int
-	// perLayer[l] is how many tensors layer l has.
-	perLayer []int
-	leader   *sched.Scheduler
-	follower *sched.Follower
-	epochs   []Epoch
-	plans    *Plans
+	// perLayer[l] is how many tensors layer l has; perLayerAt[0] and [1]
+	// how many iteration 0 and later iterations post (Tensor.Posted).
+	perLayer   []int
+	perLayerAt [2][]int
+	leader     *sched.Scheduler
+	follower   *sched.Follower
+	epochs     []Epoch
+	plans      *Plans
 	// shardsLeft counts the answers still due for a sharded piece.
 	shardsLeft map[sched.PieceID]int
 	// layerLeft[k][l] counts layer l's tensors of iteration k not synced.
@@ -269,8 +311,17 @@ func New(cfg Config) (*Worker, error) {
 		w.plans = NewPlans()
 	}
 	w.perLayer = make([]int, w.layers)
-	for _, t := range cfg.Tensors {
+	w.perLayerAt = [2][]int{make([]int, w.layers), make([]int, w.layers)}
+	for i, t := range cfg.Tensors {
+		if t.Posted > AfterFirst {
+			return nil, fmt.Errorf("proto: tensor %d: unknown posting schedule %v", i, t.Posted)
+		}
 		w.perLayer[t.Layer]++
+		for at, k := range []int{0, 1} {
+			if t.Posted.in(k) {
+				w.perLayerAt[at][t.Layer]++
+			}
+		}
 	}
 	for l, n := range w.perLayer {
 		if n == 0 {
@@ -326,6 +377,9 @@ func (w *Worker) Post(tensor, iteration int) error {
 		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d, want >= 0", w.cfg.Rank, tensor, iteration)
 	}
 	t := w.cfg.Tensors[tensor]
+	if !t.Posted.in(iteration) {
+		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d, but it is posted in %v", w.cfg.Rank, tensor, iteration, t.Posted)
+	}
 	task := t.task(tensor, iteration)
 	var err error
 	if w.leader != nil {
@@ -337,7 +391,7 @@ func (w *Worker) Post(tensor, iteration int) error {
 		return fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
 	}
 	if _, ok := w.layerLeft[iteration]; !ok {
-		w.layerLeft[iteration] = append([]int(nil), w.perLayer...)
+		w.layerLeft[iteration] = append([]int(nil), w.perLayerAt[min(iteration, 1)]...)
 	}
 	return w.dispatch()
 }

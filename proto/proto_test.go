@@ -92,6 +92,71 @@ func TestGatesPerLayerAndBarrier(t *testing.T) {
 	}
 }
 
+// TestPostingSchedule: a binding's broadcast tensors (posted in iteration
+// 0 only) and the gradients broadcast through them (posted from iteration
+// 1 on) do not hold up any iteration's gates, under fifo's barrier either,
+// and the machine forgets every iteration it completes. Posting a tensor
+// in an iteration its schedule excludes is refused, naming both. As the
+// negative control, the same tensors all posted every iteration leave
+// fifo's barrier of iteration 1 shut when the broadcast tensor is not
+// posted: the hang the schedule prevents.
+func TestPostingSchedule(t *testing.T) {
+	tensors := []Tensor{{Layer: 0, Bytes: 40, Posted: AfterFirst}, {Layer: 1, Bytes: 80}, {Layer: 2, Bytes: 120, Posted: FirstOnly}}
+	for _, c := range []struct {
+		name string
+		cfg  sched.Config
+	}{{"priority", sched.Config{Order: sched.OrderPriority}}, {"fifo", sched.Config{}}} {
+		t.Run(c.name, func(t *testing.T) {
+			w := newWorker(t, Config{Workers: 1, Arch: PS, Servers: 1, Tensors: tensors, Sched: c.cfg})
+			opened := map[Gate]bool{}
+			post := func(tensor, k int) {
+				must(t, w.Post(tensor, k))
+				for _, g := range answerAll(t, w, w.Ready()) {
+					opened[g] = true
+				}
+			}
+			post(2, 0)
+			post(1, 0)
+			for k := 1; k <= 3; k++ {
+				post(1, k)
+				post(0, k)
+			}
+			for _, g := range []Gate{{1, 0}, {2, 0}, {0, 3}, {1, 3}} {
+				if !opened[g] {
+					t.Errorf("gate %v never opened (opened %v)", g, opened)
+				}
+			}
+			if n := len(w.layerLeft); n != 0 {
+				t.Errorf("%d iterations still tracked after all completed: %v", n, w.layerLeft)
+			}
+			err := w.Post(2, 4)
+			if err == nil || !strings.Contains(err.Error(), "tensor 2") || !strings.Contains(err.Error(), "iteration 0 only") {
+				t.Errorf("posting a first-only tensor in iteration 4: %v", err)
+			}
+			if err := w.Post(0, 0); err == nil || !strings.Contains(err.Error(), "every iteration after 0") {
+				t.Errorf("posting an after-first tensor in iteration 0: %v", err)
+			}
+		})
+	}
+	every := []Tensor{{Layer: 0, Bytes: 40}, {Layer: 1, Bytes: 80}, {Layer: 2, Bytes: 120}}
+	w := newWorker(t, Config{Workers: 1, Arch: PS, Servers: 1, Tensors: every, Sched: sched.Config{}})
+	for _, tensor := range []int{2, 1, 0} {
+		must(t, w.Post(tensor, 0))
+		answerAll(t, w, w.Ready())
+	}
+	var gates []Gate
+	for _, tensor := range []int{1, 0} {
+		must(t, w.Post(tensor, 1))
+		gates = append(gates, answerAll(t, w, w.Ready())...)
+	}
+	if len(gates) != 0 {
+		t.Errorf("negative control: fifo opened %v of iteration 1 without its third tensor", gates)
+	}
+	if _, err := New(Config{Workers: 1, Arch: PS, Servers: 1, Tensors: []Tensor{{Layer: 0, Bytes: 4, Posted: 7}}}); err == nil || !strings.Contains(err.Error(), "Iterations(7)") {
+		t.Errorf("New with posting schedule 7: %v", err)
+	}
+}
+
 // TestShardCountdown: a piece sharded over three servers is done only when
 // all three shards were answered.
 func TestShardCountdown(t *testing.T) {

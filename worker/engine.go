@@ -52,6 +52,9 @@ type Tensor struct {
 	// Sums are kept in float32 and come back rounded to the wire type.
 	Wire  dtype.DType
 	Exact bool
+	// Posted says which iterations post it (default every one; a
+	// binding's broadcast at start is posted in iteration 0 only).
+	Posted proto.Iterations
 }
 
 // wireOf is the type piece p travels in.
@@ -191,7 +194,7 @@ func New(cfg Config) (*Engine, error) {
 		}
 		size := t.Wire.Size()
 		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(size) * int64(t.Elems), ElemBytes: size,
-			Compressible: t.Wire == dtype.F32 && !t.Exact})
+			Compressible: t.Wire == dtype.F32 && !t.Exact, Posted: t.Posted})
 	}
 	m, err := proto.New(pc)
 	if err != nil {

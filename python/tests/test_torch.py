@@ -63,6 +63,32 @@ class SameMath(unittest.TestCase, Compare):
         self.check("adamw", ["--servers", "3"])
 
 
+class FifoWithBroadcast(unittest.TestCase, Compare):
+    """fifo's global barrier waits for every tensor an iteration posts:
+    the broadcast tensors (buffers, and parameters whose compressed wire
+    would round them) are posted in iteration 0 only, and the engine is
+    told so, so the barrier of later iterations does not wait for them
+    (it did, and the job hung)."""
+
+    def run_fifo(self, name, launch, model):
+        out = os.path.join(_tmp, "fifo-%s.pt" % name)
+        run_ok(self, ["--workers", "2", "--servers", "1", "--scheduler", "fifo"] + launch,
+               ["--backend", "autobyte", "--out", out, "--model", model, "--optimizer", "sgd", "--iterations", "4"], timeout=120)
+        # Parameters agree across ranks; buffers (BatchNorm's running
+        # statistics) are broadcast once and then evolve on each rank.
+        got = torch.load(out)
+        self.assertEqual(len(got["losses"]), 4)
+        params = [k for k in got["state"] if "running" not in k and "num_batches" not in k]
+        self.assertTrue(params)
+        self.assertRanksEqual(out, 2, keys=params)
+
+    def test_buffers(self):
+        self.run_fifo("features", [], "features")
+
+    def test_compressed_from_the_start(self):
+        self.run_fifo("bf16", ["--compression", "bf16"], "smooth")
+
+
 class TorchrunStyle(unittest.TestCase, Compare):
     """Without the launcher: the processes get only the torchrun variables
     and a shared AUTOBYTE_TOKEN, and use ring all-reduce."""

@@ -173,15 +173,22 @@ class Layout:
         pins float32; float32 parameters leave it to the job's compression
         (the engine reads it; a tuner may change it for later iterations,
         never for iteration 0, the broadcast)."""
+        # "iterations" tells the engine which iterations post a tensor, so
+        # that no gate (nor fifo's barrier) waits for one never posted: the
+        # broadcast tensors are posted in iteration 0 only, the parameters
+        # they broadcast from iteration 1 on.
         tensors = []
         for t, p in enumerate(self.params):
             tensor = {"name": self.names[t], "layer": self.layer_of[t], "elems": p.numel() + extra}
             if p.dtype in _WIRE_OF:
                 tensor["wire"] = _WIRE_OF[p.dtype]  # pinned; float32 ones travel in the job's compression
+            if t in self.bcast_tensor:
+                tensor["iterations"] = "after_first"
             tensors.append(tensor)
         for t in sorted(self.bcast_tensor, key=self.bcast_tensor.get):
             tensors.append({"name": "(broadcast) " + self.names[t], "layer": self.layers,
-                            "elems": self.params[t].numel(), "wire": "float32"})
+                            "elems": self.params[t].numel(), "wire": "float32", "iterations": "first"})
         if self.state_elems:
-            tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems, "wire": "float32"})
+            tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems, "wire": "float32",
+                            "iterations": "first"})
         return tensors
