@@ -2,6 +2,7 @@
 (autobyte and torch DDP on gloo), timing and the result line."""
 
 import argparse
+import copy
 import json
 import os
 import sys
@@ -32,6 +33,12 @@ def parser(description):
                         "DistributedOptimizer (the forward waits for every layer, then runs one graph); 'layers' "
                         "compiles the module after wrapping it (each layer waits on its own, between graphs)")
     p.add_argument("--compile-backend", default="inductor", help="torch.compile's backend (inductor, aot_eager, eager)")
+    p.add_argument("--ddp-sum", default="gloo",
+                   help="ddp: how the gradients are summed: gloo (DDP's own all-reduce), rank or ring (a DDP "
+                        "communication hook gathers every rank's gradient and sums in the order of autobyte's parameter "
+                        "servers, or of its ring under the launch's partition, so that the two can be compared bit for "
+                        "bit). Several, comma-separated (gloo,rank,ring), train once each, one after the other from the "
+                        "same initial state, printing a result line for each and saving --save FILE as FILE.SUM")
     return p
 
 
@@ -48,6 +55,11 @@ def check(args):
         sys.exit("--batch must be >= 1, got %d" % args.batch)
     if args.threads < 1:
         sys.exit("--threads must be >= 1, got %d" % args.threads)
+    sums = args.ddp_sum.split(",")
+    if not sums or any(m not in DDP_SUMS for m in sums) or len(set(sums)) < len(sums):
+        sys.exit("--ddp-sum must be some of %s, comma-separated, got %r" % (", ".join(DDP_SUMS), args.ddp_sum))
+    if len(sums) > 1 and args.backend != "ddp":
+        sys.exit("--ddp-sum %s: several runs are for --backend ddp only" % args.ddp_sum)
     if args.compile and not hasattr(torch, "compile"):
         sys.exit("--compile needs torch >= 2.0, this is torch %s" % torch.__version__)
     torch.set_num_threads(args.threads)
@@ -65,7 +77,82 @@ def make_optimizer(args, params):
     return cls(params, lr=args.lr or 1e-3, weight_decay=args.weight_decay)
 
 
-def distribute(args, model):
+# --ddp-sum: DDP's own all-reduce, or a communication hook that sums in the
+# order of autobyte's parameter servers or of its ring (docs/runtime.md,
+# "Summation order"), so that DDP and autobyte can be compared bit for bit.
+DDP_SUMS = ("gloo", "rank", "ring")
+
+
+def _gather(bucket):
+    """Every rank's bucket, each divided by the number of ranks first (as
+    autobyte divides before it sums). Every rank receives the N-1 other
+    buckets, where an all-reduce moves 2(N-1)/N of one: these hooks are for
+    comparisons, not for speed. Synchronous: on torch 1.13, a gloo future
+    continued with then() left the process hanging at exit."""
+    import torch.distributed as dist
+    world = dist.get_world_size()
+    t = bucket.buffer().div_(world)
+    parts = [torch.empty_like(t) for _ in range(world)]
+    dist.all_gather(parts, t)
+    return parts
+
+
+def _done(t):
+    fut = torch.futures.Future()
+    fut.set_result(t)
+    return fut
+
+
+def rank_order_hook(_, bucket):
+    """The parameter servers' order: ((g0 + g1) + g2) + ..., element by
+    element."""
+    parts = _gather(bucket)
+    for part in parts[1:]:
+        parts[0].add_(part)
+    return _done(parts[0])
+
+
+def _near_equal(n, count, i):
+    """[lo, hi) of part i of n elements cut into count near-equal parts, the
+    larger first (sched.PieceBytes, allreduce's chunk)."""
+    base, rem = divmod(n, count)
+    lo = i * base + min(i, rem)
+    return lo, lo + base + (1 if i < rem else 0)
+
+
+def ring_order_hook(partition, bucket):
+    """Autobyte's ring order. The plugin posts each parameter as one
+    float32 tensor of numel + 1 elements (a flag last); the engine cuts a
+    tensor larger than the partition into ceil(bytes / partition) near-equal
+    pieces of whole elements, the ring cuts each piece into N near-equal
+    chunks, and chunk c is summed along the ring from rank c:
+    ((g_c + g_c+1) + ...) + g_c-1, ranks mod N."""
+    parts = _gather(bucket)
+    world = len(parts)
+    out = torch.empty_like(parts[0])
+    off = 0
+    for p in bucket.parameters():
+        m = p.numel()
+        elems = m + 1
+        size = 4 * elems
+        count = 1 if partition <= 0 or size <= partition else min((size - 1) // partition + 1, elems)
+        for i in range(count):
+            plo, phi = _near_equal(elems, count, i)
+            for c in range(world):
+                lo, hi = _near_equal(phi - plo, world, c)
+                lo, hi = off + plo + lo, off + min(plo + hi, m)  # the flag is not in the bucket
+                if lo >= hi:
+                    continue
+                acc = parts[c][lo:hi].clone()
+                for k in range(1, world):
+                    acc.add_(parts[(c + k) % world][lo:hi])
+                out[lo:hi] = acc
+        off += m
+    assert off == out.numel(), "the bucket is not its parameters end to end (%d of %d elements)" % (off, out.numel())
+    return _done(out)
+
+
+def distribute(args, model, ddp_sum="gloo"):
     """Returns (model to call, optimizer, finish) for the chosen backend."""
     if args.backend == "autobyte":
         import autobyte.torch as ab
@@ -77,20 +164,54 @@ def distribute(args, model):
         return net, opt, lambda: (opt.synchronize(), opt.autobyte_report())[1]
     if args.backend == "ddp":
         import torch.distributed as dist
-        dist.init_process_group("gloo")
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        # gloo cannot broadcast bool buffers on torch 1.13 (transformers 4.x's
+        # GPT-2 keeps its causal mask in one); they are constants that every
+        # rank builds alike, so DDP leaves them out.
+        masks = [n for n, b in model.named_buffers() if b.dtype == torch.bool]
+        if masks:
+            torch.nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, masks)
         # broadcast_buffers=False: like autobyte, buffers are broadcast once
         # at start (DDP's constructor does), not before every forward.
         ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
+        if ddp_sum == "rank":
+            ddp.register_comm_hook(None, rank_order_hook)
+        elif ddp_sum == "ring":
+            # The partition autobyte would use under the same launch flags
+            # (the launcher sets it for every script).
+            partition = int(os.environ.get("AUTOBYTE_PARTITION") or 0)
+            if partition <= 0:
+                sys.exit("--ddp-sum ring needs AUTOBYTE_PARTITION (run it under autobyte launch --arch allreduce)")
+            ddp.register_comm_hook(partition, ring_order_hook)
         return ddp, make_optimizer(args, ddp.parameters()), lambda: None
     return model, make_optimizer(args, model.parameters()), lambda: None
 
 
-def train(args, model, batch_fn, loss_fn):
-    """Runs the loop; prints the result JSON line on rank 0."""
+def train(args, model, batch_fn, loss_fn, extra=None):
+    """Runs the loop; prints the result JSON line on rank 0, with extra's
+    fields (e.g. which model) added. With --ddp-sum gloo,rank it runs once
+    for each, each from the initial model and random state."""
     rank, world = rank_and_size()
     if args.save_init and rank == 0:
         torch.save(model.state_dict(), args.save_init)
-    net, opt, finish = distribute(args, model)
+    sums = args.ddp_sum.split(",")
+    if len(sums) > 1:
+        initial, rng = copy.deepcopy(model), torch.get_rng_state()
+    for i, ddp_sum in enumerate(sums):
+        if i:
+            model = copy.deepcopy(initial)
+            torch.set_rng_state(rng)
+        save = args.save + "." + ddp_sum if args.save and len(sums) > 1 else args.save
+        result = train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save)
+    if args.backend == "ddp":
+        torch.distributed.destroy_process_group()
+    return result
+
+
+def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
+    rank, world = rank_and_size()
+    net, opt, finish = distribute(args, model, ddp_sum)
     if args.compile and args.backend != "autobyte":
         net = compile_model(args, net)  # DDP: around its wrapper, as DDP's docs do
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
@@ -118,15 +239,16 @@ def train(args, model, batch_fn, loss_fn):
         "torch": torch.__version__,
         "compile": args.compile,
     }
+    if args.backend == "ddp":
+        result["ddp_sum"] = ddp_sum
+    result.update(extra or {})
     if args.losses:
         result["losses"] = losses
     if report:
         result["tuner"], result["configs"] = report["tuner"], report["configs"]
     result["iteration_times_s"] = times
     if rank == 0:
-        if args.save:
-            torch.save(model.state_dict(), args.save)
+        if save:
+            torch.save(model.state_dict(), save)
         print(json.dumps(result), flush=True)
-    if args.backend == "ddp":
-        torch.distributed.destroy_process_group()
     return result

@@ -9,8 +9,10 @@ layer shares the token embedding's weights.
     autobyte launch --workers 3 --arch allreduce -- \\
         python3 examples/torch_gpt2.py --backend ddp --layers 2 --dim 128 --heads 4 --vocab 1000
 
-Needs transformers (which needs torch >= 2.6). Prints one JSON line
-(rank 0): backend, iteration_time_s (steady-state mean), final_loss, ...
+Needs transformers: current releases need torch >= 2.6, and 4.49 is the
+last that runs on torch 1.13 (.ci/run installs it in a venv over Debian's
+torch). Prints one JSON line (rank 0): backend, iteration_time_s
+(steady-state mean), final_loss, ...
 """
 
 import os

@@ -1,13 +1,14 @@
-"""torchvision's ResNet-18 (random weights) on synthetic CIFAR-size data
-(3x32x32 images, 10 classes), data-parallel with autobyte or torch DDP.
+"""torchvision's ResNet-18, ResNet-50 or MobileNetV2 (random weights) on
+synthetic CIFAR-size data (3x32x32 images, 10 classes), data-parallel with
+autobyte or torch DDP.
 
     autobyte launch --workers 3 --servers 3 --bandwidth 1Gbps -- \\
         /usr/bin/python3 examples/torch_resnet.py --backend autobyte --iterations 30
     autobyte launch --workers 3 --arch allreduce --bandwidth 1Gbps -- \\
-        /usr/bin/python3 examples/torch_resnet.py --backend ddp --iterations 30
+        /usr/bin/python3 examples/torch_resnet.py --backend ddp --model resnet50 --iterations 30
 
-Prints one JSON line (rank 0): backend, iteration_time_s (steady-state
-mean), final_loss, ...
+Prints one JSON line (rank 0): backend, model, iteration_time_s
+(steady-state mean), final_loss, ...
 """
 
 import torch
@@ -16,37 +17,56 @@ import torchvision
 
 import torch_common
 
+# torchvision's constructors, by --model. All downsample by 32 and then
+# pool, so an image of 32x32 reaches the classifier as 1x1.
+MODELS = {
+    "resnet18": torchvision.models.resnet18,    # 11.2M parameters with 10 classes
+    "resnet50": torchvision.models.resnet50,    # 23.5M
+    "mobilenet_v2": torchvision.models.mobilenet_v2,  # 2.2M
+}
+
+
+def build(name, classes, dropout=0.0):
+    if name == "mobilenet_v2":  # the only one with dropout (before its classifier)
+        return MODELS[name](num_classes=classes, dropout=dropout)
+    return MODELS[name](num_classes=classes)
+
 
 def resnet18(classes):
-    return torchvision.models.resnet18(num_classes=classes)
+    return build("resnet18", classes)
 
 
-def profile_model(batch=32, image=32, classes=10):
+def profile_model(batch=32, image=32, classes=10, model="resnet18"):
     """For python -m autobyte.profile examples/torch_resnet.py:profile_model."""
-    model = resnet18(classes)
+    net = build(model, classes)
     x, y = torch.randn(batch, 3, image, image), torch.randint(0, classes, (batch,))
-    return model, x, lambda out: nn.functional.cross_entropy(out, y)
+    return net, x, lambda out: nn.functional.cross_entropy(out, y)
 
 
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
+    p.add_argument("--model", choices=sorted(MODELS), default="resnet18")
     p.add_argument("--image", type=int, default=32, help="image height and width")
     p.add_argument("--classes", type=int, default=10)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="mobilenet_v2's dropout (its own default is 0.2; 0 keeps runs of different backends comparable)")
     args = p.parse_args()
     torch_common.check(args)
     if args.image < 8:
-        p.error("--image must be >= 8 (ResNet downsamples by 32 then pools), got %d" % args.image)
+        p.error("--image must be >= 8 (the models downsample by 32 then pool), got %d" % args.image)
     if args.classes < 2:
         p.error("--classes must be >= 2, got %d" % args.classes)
+    if not 0 <= args.dropout < 1:
+        p.error("--dropout must be in [0, 1), got %g" % args.dropout)
     torch.manual_seed(args.seed)
-    model = resnet18(args.classes)
+    model = build(args.model, args.classes, args.dropout)
 
     def batch(gen):
         x = torch.randn(args.batch, 3, args.image, args.image, generator=gen)
         y = torch.randint(0, args.classes, (args.batch,), generator=gen)
         return x, y
 
-    torch_common.train(args, model, batch, nn.functional.cross_entropy)
+    torch_common.train(args, model, batch, nn.functional.cross_entropy, extra={"model": args.model})
 
 
 if __name__ == "__main__":
