@@ -58,8 +58,9 @@ INF_RANK = 1
 
 
 class Model(nn.Module):
-    """Conv + tanh + two linear layers, and two buffers the broadcast carries
-    (a float one the forward adds, an integer one nothing uses)."""
+    """Conv + tanh + two linear layers, and three buffers the broadcast
+    carries (a float one the forward adds, an integer and a bool one nothing
+    uses, like transformers' causal masks)."""
 
     def __init__(self):
         super().__init__()
@@ -68,6 +69,7 @@ class Model(nn.Module):
         self.fc2 = nn.Linear(32, 5)
         self.register_buffer("offset", 0.1 * torch.randn(3, 1, 1))
         self.register_buffer("count", torch.randint(0, 1000, (2,)))
+        self.register_buffer("mask", torch.rand(16) < 0.5)
 
     def forward(self, x):
         h = torch.tanh(self.conv(x + self.offset))

@@ -238,7 +238,7 @@ class Checks:
     def distance(self, got, want):
         lg, lw = torch.tensor(got["losses"]), torch.tensor(want["losses"])
         loss = ((lg - lw).abs() / lw.abs()).max().item()
-        param = max(rel(v, want["state"][k]) for k, v in got["state"].items() if k not in ("offset", "count"))
+        param = max(rel(v, want["state"][k]) for k, v in got["state"].items() if k not in ("offset", "count", "mask"))
         return loss, param
 
     def assertClose(self, got, want, wire, what, moved_from=None):

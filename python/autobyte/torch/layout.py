@@ -65,6 +65,8 @@ def check_broadcastable(name, t):
         raise AutobyteError("autobyte: %s is a sparse tensor; only dense tensors are supported" % name)
     if t.dtype in _EXACT_FLOATS:
         return
+    if t.dtype == torch.bool:
+        return
     if t.dtype in _INTS:
         if t.numel() and t.abs().max().item() > 2 ** 24:
             raise AutobyteError("autobyte: %s holds integers above 2**24, which the float32 broadcast cannot carry exactly" % name)
