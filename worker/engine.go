@@ -157,9 +157,10 @@ const (
 )
 
 type event struct {
-	kind   eventKind
+	kind eventKind
+	// posts are an evPost's gradients, all of iteration task.iter.
+	posts  []Posting
 	task   taskKey
-	grad   []float32
 	piece  sched.Piece
 	err    error
 	reconf cluster.Reconfiguration
@@ -255,17 +256,34 @@ func (e *Engine) Start(ctx context.Context) {
 // overwrites it in place with the sum over all workers; the caller must not
 // touch it until OnDone(tensor, iteration) or WaitLayer returns for it.
 func (e *Engine) Post(tensor, iteration int, grad []float32) error {
-	if tensor < 0 || tensor >= len(e.cfg.Tensors) {
-		return fmt.Errorf("worker: tensor %d out of range (have %d)", tensor, len(e.cfg.Tensors))
-	}
-	if want := e.cfg.Tensors[tensor].Elems; len(grad) != want {
-		return fmt.Errorf("worker: tensor %d %q: gradient has %d elements, want %d", tensor, e.cfg.Tensors[tensor].Name, len(grad), want)
+	return e.PostAll(iteration, []Posting{{Tensor: tensor, Grad: grad}})
+}
+
+// Posting is one tensor's gradient handed to PostAll.
+type Posting struct {
+	Tensor int
+	Grad   []float32
+}
+
+// PostAll hands over several gradients of iteration as one event, in
+// order, as Post would each: the protocol machine sees them all before any
+// answer or announcement that arrives meanwhile, as the simulator's posts
+// of one instant are (a replay posts a layer's tensors so). Nothing is
+// posted if any is invalid.
+func (e *Engine) PostAll(iteration int, posts []Posting) error {
+	for _, p := range posts {
+		if p.Tensor < 0 || p.Tensor >= len(e.cfg.Tensors) {
+			return fmt.Errorf("worker: tensor %d out of range (have %d)", p.Tensor, len(e.cfg.Tensors))
+		}
+		if want := e.cfg.Tensors[p.Tensor].Elems; len(p.Grad) != want {
+			return fmt.Errorf("worker: tensor %d %q: gradient has %d elements, want %d", p.Tensor, e.cfg.Tensors[p.Tensor].Name, len(p.Grad), want)
+		}
 	}
 	if e.ctx.Err() != nil {
 		return e.stoppedErr()
 	}
 	select {
-	case e.events <- event{kind: evPost, task: taskKey{iter: iteration, tensor: tensor}, grad: grad}:
+	case e.events <- event{kind: evPost, task: taskKey{iter: iteration}, posts: append([]Posting(nil), posts...)}:
 		return nil
 	case <-e.ctx.Done():
 		return e.stoppedErr()
@@ -411,13 +429,18 @@ func (e *Engine) handle(ev event) error {
 	var err error
 	switch ev.kind {
 	case evPost:
-		e.gradsMu.Lock()
-		e.grads[ev.task] = ev.grad
-		e.gradsMu.Unlock()
-		if e.cfg.Observer != nil {
-			e.postedAt[ev.task] = time.Now()
+		for _, p := range ev.posts {
+			task := taskKey{iter: ev.task.iter, tensor: p.Tensor}
+			e.gradsMu.Lock()
+			e.grads[task] = p.Grad
+			e.gradsMu.Unlock()
+			if e.cfg.Observer != nil {
+				e.postedAt[task] = time.Now()
+			}
+			if err = e.m.Post(p.Tensor, ev.task.iter); err != nil {
+				break
+			}
 		}
-		err = e.m.Post(ev.task.tensor, ev.task.iter)
 	case evAnnounce:
 		err = e.m.Announced(ev.piece)
 	case evReconfigure:

@@ -264,11 +264,15 @@ func ReplayWith(ctx context.Context, e *Engine, p *model.Profile, o ReplayOption
 			if err := compute("BW "+p.Layers[l].Name, it, cs*p.Layers[l].BackwardS); err != nil {
 				return nil, err
 			}
+			// One event per layer: its tensors are ready at one instant,
+			// as in the simulator, so no answer is handled between them.
+			posts := make([]Posting, 0, len(byLayer[l]))
 			for _, t := range byLayer[l] {
 				copy(grads[t], base[t])
-				if err := e.Post(t, it, grads[t]); err != nil {
-					return nil, err
-				}
+				posts = append(posts, Posting{Tensor: t, Grad: grads[t]})
+			}
+			if err := e.PostAll(it, posts); err != nil {
+				return nil, err
 			}
 		}
 	}
