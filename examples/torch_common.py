@@ -37,8 +37,10 @@ def parser(description):
                    help="ddp: how the gradients are summed: gloo (DDP's own all-reduce), rank or ring (a DDP "
                         "communication hook gathers every rank's gradient and sums in the order of autobyte's parameter "
                         "servers, or of its ring under the launch's partition, so that the two can be compared bit for "
-                        "bit). Several, comma-separated (gloo,rank,ring), train once each, one after the other from the "
-                        "same initial state, printing a result line for each and saving --save FILE as FILE.SUM")
+                        "bit), or bf16 / fp16 (DDP's own bf16_compress_hook / fp16_compress_hook: gloo's all-reduce in "
+                        "16 bits, half the bytes). Several, comma-separated (gloo,rank,ring), train once each, one "
+                        "after the other from the same initial state, printing a result line for each and saving "
+                        "--save FILE as FILE.SUM")
     return p
 
 
@@ -80,7 +82,7 @@ def make_optimizer(args, params):
 # --ddp-sum: DDP's own all-reduce, or a communication hook that sums in the
 # order of autobyte's parameter servers or of its ring (docs/runtime.md,
 # "Summation order"), so that DDP and autobyte can be compared bit for bit.
-DDP_SUMS = ("gloo", "rank", "ring")
+DDP_SUMS = ("gloo", "rank", "ring", "bf16", "fp16")
 
 
 def _gather(bucket):
@@ -175,7 +177,10 @@ def distribute(args, model, ddp_sum="gloo"):
         # broadcast_buffers=False: like autobyte, buffers are broadcast once
         # at start (DDP's constructor does), not before every forward.
         ddp = torch.nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
-        if ddp_sum == "rank":
+        if ddp_sum in ("bf16", "fp16"):
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+            ddp.register_comm_hook(None, getattr(default_hooks, ddp_sum + "_compress_hook"))
+        elif ddp_sum == "rank":
             ddp.register_comm_hook(None, rank_order_hook)
         elif ddp_sum == "ring":
             # The partition autobyte would use under the same launch flags

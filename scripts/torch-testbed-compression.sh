@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# 16-bit gradients against DDP on the testbed (root), torch 2: 4 workers at
+# 100 Mbit/s per host; DDP with its own all-reduce and with
+# bf16_compress_hook; autobyte on ring all-reduce (DDP's own hosts) in
+# float32 and with bf16 compression, and on parameter servers (4 hosts of
+# their own) with bf16 compression; medians of ROUNDS alternating rounds,
+# for examples/torch_cnn.py and torchvision's ResNet-18. Writes
+# OUT/NAME.json (scripts/torch_compare.py); docs/runtime.md "16-bit
+# gradients and compression" holds the results.
+#
+#   sudo scripts/torch-testbed-compression.sh [OUT] [ROUNDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-/tmp/autobyte-torch-compression} rounds=${2:-3}
+mkdir -p "$out"
+py=${TORCH2:-${AUTOBYTE_TORCH2_VENV:-$HOME/.cache/autobyte/torch2-venv}/bin/python}
+cfg="--partition 1MB --credit 4MB"
+variants=(
+  --variant "ddp=--arch allreduce | --backend ddp"
+  --variant "ddp-bf16-hook=--arch allreduce | --backend ddp --ddp-sum bf16"
+  --variant "ring=--arch allreduce $cfg | --backend autobyte"
+  --variant "ring-bf16=--arch allreduce $cfg --compression bf16 | --backend autobyte"
+  --variant "ps-bf16=--servers 4 $cfg --compression bf16 | --backend autobyte"
+)
+models=(
+  "cnn|examples/torch_cnn.py --iterations 20 --warmup 5"
+  "resnet18|examples/torch_resnet.py --model resnet18 --iterations 10 --warmup 3"
+)
+for m in "${models[@]}"; do
+  name=${m%%|*} cmd=${m#*|}
+  # shellcheck disable=SC2086 # cmd is a command line
+  python3 scripts/torch_compare.py --rate 100Mbps --workers 4 --rounds "$rounds" --python "$py" \
+    --out "$out/$name.json" "${variants[@]}" -- $cmd
+done

@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""Times a PyTorch example under several variants (autobyte with some launch
+flags, DDP with some script flags, ...) on the same testbed (root): each
+host is a network namespace with its rate shaped by tc, one worker per host;
+all-reduce and DDP run on the first WORKERS hosts, parameter servers (if a
+variant asks for them) on hosts of their own. Rounds alternate the variants
+so that load on the machine hits them alike. Prints each run, the median
+per variant and its speedup over the first variant (the baseline), and
+writes every number to --out as JSON.
+
+  sudo scripts/torch_compare.py --rate 100Mbps --workers 4 --rounds 3 \\
+      --variant 'ddp=--arch allreduce | --backend ddp' \\
+      --variant 'ring-bf16=--arch allreduce --compression bf16 | --backend autobyte' \\
+      -- examples/torch_cnn.py --iterations 20 --warmup 5
+
+A variant is NAME=LAUNCH FLAGS | SCRIPT FLAGS: the flags before '|' go to
+`autobyte launch`, those after it to the script, after the common script
+arguments that follow '--'.
+"""
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_variant(spec):
+    name, sep, rest = spec.partition("=")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError("--variant %r: want NAME=LAUNCH FLAGS | SCRIPT FLAGS" % spec)
+    launch, _, script = rest.partition("|")
+    return name.strip(), shlex.split(launch), shlex.split(script)
+
+
+def run(ab, bed, args, launch, script_flags):
+    cmd = [ab, "launch", "--testbed", bed, "--bandwidth", args.rate, "--workers", str(args.workers)] + launch + \
+          ["--", args.python] + args.script + script_flags
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.timeout)
+    lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
+    if p.returncode != 0 or not lines:
+        tail = "\n".join(p.stderr.splitlines()[-15:])
+        sys.exit("torch_compare: %s failed (exit %d) after %.0f s:\n%s" % (" ".join(cmd), p.returncode, time.monotonic() - t0, tail))
+    return json.loads(lines[-1])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rate", default="100Mbps", help="each host's link rate (tc), also the launch's --bandwidth")
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--python", default="/usr/bin/python3", help="interpreter of the script (a venv's for another torch)")
+    p.add_argument("--variant", action="append", type=parse_variant, required=True, help="NAME=LAUNCH FLAGS | SCRIPT FLAGS")
+    p.add_argument("--out", default="", help="write the runs and medians to this JSON file")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds one run may take")
+    p.add_argument("--name", default="abcmp", help="testbed name")
+    p.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
+    args = p.parse_args()
+    if args.script and args.script[0] == "--":
+        args.script = args.script[1:]
+    if not args.script:
+        p.error("want -- SCRIPT [ARGS...] after the flags")
+    if args.workers < 1 or args.rounds < 1:
+        p.error("--workers and --rounds must be >= 1, got %d and %d" % (args.workers, args.rounds))
+    names = [v[0] for v in args.variant]
+    if len(set(names)) < len(names):
+        p.error("variant names must differ, got %s" % names)
+
+    torch_version = subprocess.run([args.python, "-c", "import torch; print(torch.__version__)"],
+                                   stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
+    ab = "/tmp/autobyte-torch-compare"
+    subprocess.run(["go", "build", "-o", ab, "./cmd/autobyte"], cwd=ROOT, check=True)
+    subprocess.run([ab, "testbed", "up", "--name", args.name, "--hosts", str(2 * args.workers), "--rate", args.rate],
+                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    print("%s, %d workers at %s, %s (torch %s), %d rounds" % (" ".join(args.script), args.workers, args.rate,
+                                                              args.python, torch_version, args.rounds), flush=True)
+    runs = {n: [] for n in names}
+    try:
+        for r in range(args.rounds):
+            for name, launch, flags in args.variant:
+                res = run(ab, args.name, args, launch, flags)
+                runs[name].append(res)
+                print("round %d  %-16s %.3f s/step  final loss %.6f" % (r + 1, name, res["iteration_time_s"], res["final_loss"]), flush=True)
+    finally:
+        subprocess.run([ab, "testbed", "down", "--name", args.name], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    base = names[0]
+    medians = {n: statistics.median(x["iteration_time_s"] for x in runs[n]) for n in names}
+    summary = []
+    for name, launch, flags in args.variant:
+        times = [x["iteration_time_s"] for x in runs[name]]
+        # Per-round ratios pair each run with the baseline's run of the same round.
+        ratios = [b["iteration_time_s"] / x["iteration_time_s"] for b, x in zip(runs[base], runs[name])]
+        summary.append({"variant": name, "launch": launch, "script_flags": flags, "iteration_time_s": times,
+                        "median_s": medians[name], "speedup_over_" + base: medians[base] / medians[name],
+                        "round_ratios": ratios})
+        print("median %-16s %.3f s/step  %.2fx %s  (rounds %s)" % (name, medians[name], medians[base] / medians[name], base,
+                                                                 " ".join("%.2f" % q for q in ratios)), flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump({"script": args.script, "rate": args.rate, "workers": args.workers, "rounds": args.rounds,
+                       "python": args.python, "torch": torch_version, "cpus": os.cpu_count(), "host": platform.node(),
+                       "date": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": summary,
+                       "results": {n: runs[n] for n in names}}, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
