@@ -76,6 +76,7 @@ type Request struct {
 //	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, by arch)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
+//	AUTOBYTE_FUSION        fuse neighbouring tensors smaller than this into units of at most this size (e.g. 256KB; default 0 = never)
 //	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of float32 gradients no tensor pins;
 //	                       auto: the autobyte tuner turns bf16 on while the job is communication-bound
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
@@ -176,6 +177,12 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	if arch == worker.AllReduce {
 		shard = 0
 	}
+	var fusion int64
+	if v := get("AUTOBYTE_FUSION"); v != "" && v != "0" {
+		if fusion, err = units.ParseBytes(v); err != nil {
+			return s, fmt.Errorf("AUTOBYTE_FUSION=%q: %w", v, err)
+		}
+	}
 	pull := false
 	switch v := get("AUTOBYTE_PS_PULL"); v {
 	case "", "0", "false":
@@ -194,7 +201,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		return s, err
 	}
 	s.Spec = job.Spec{Profile: prof, Arch: arch, Workers: world, Servers: servers, Sched: cfg,
-		ShardBytes: shard, PullMode: pull}
+		ShardBytes: shard, FusionBytes: fusion, PullMode: pull}
 	for i, t := range req.Tensors {
 		et := worker.Tensor{Name: t.Name, Layer: t.Layer, Elems: t.Elems}
 		switch t.Iterations {

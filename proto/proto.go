@@ -77,6 +77,9 @@ type Tensor struct {
 	// Compressible: float32 gradients that travel in the epoch's
 	// compression type (sched.Task.Cut).
 	Compressible bool
+	// Wire is the tensor's own element type; tensors fuse (Config.
+	// FusionBytes) only with tensors of the same type.
+	Wire dtype.DType
 	// Posted says which iterations post the tensor; the layer gates and
 	// fifo's barrier of an iteration wait for exactly those tensors.
 	Posted Iterations
@@ -144,6 +147,14 @@ type Config struct {
 	// ShardBytes is the parameter servers' big-array bound: a piece larger
 	// than it is split into shards on distinct servers (placement.Inputs).
 	ShardBytes int64
+	// FusionBytes fuses runs of neighbouring tensors smaller than it into
+	// units of at most this many bytes, each communicated as one tensor
+	// (fewer, larger messages for models of many small tensors); 0: none.
+	// Every worker of a job must use the same value. It is fixed for the
+	// job: a follower posts an iteration's tensors before it may know
+	// that iteration's epoch, so what travels together cannot change with
+	// the configuration.
+	FusionBytes int64
 	// Plans, if set, is a placement cache shared by the machines of one
 	// job in one process (the simulator's), which place alike; nil: the
 	// machine keeps its own.
@@ -277,8 +288,15 @@ type Worker struct {
 	// seq numbers the pieces started, the priority of fifo's production
 	// order (followers start the leader's pieces in its order, so every
 	// worker numbers them alike).
-	seq   uint64
-	ready Ready
+	seq uint64
+	// units are what travels (fuse); unitOf[t] is tensor t's unit and
+	// memberIndex[t] its place in it; fusedPosted[k] says which members of
+	// a fused unit iteration k has posted so far.
+	units       []Unit
+	unitOf      []int
+	memberIndex []int
+	fusedPosted map[fusedKey][]bool
+	ready       Ready
 }
 
 // New checks cfg and returns its machine.
@@ -294,18 +312,30 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("proto: parameter-server mode needs at least one server, got %d", cfg.Servers)
 	case cfg.ShardBytes < 0:
 		return nil, fmt.Errorf("proto: shard size must be >= 0 bytes (0 = no sharding), got %d", cfg.ShardBytes)
+	case cfg.FusionBytes < 0:
+		return nil, fmt.Errorf("proto: fusion size must be >= 0 bytes (0 = no fusion), got %d", cfg.FusionBytes)
 	}
 	if err := cfg.Sched.Validate(); err != nil {
 		return nil, err
 	}
 	w := &Worker{cfg: cfg, epochs: []Epoch{{Config: cfg.Sched}}, plans: cfg.Plans,
-		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}}
+		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}, fusedPosted: map[fusedKey][]bool{}}
 	for i, t := range cfg.Tensors {
 		e := t.elemBytes()
 		if t.Layer < 0 || t.Bytes <= 0 || e < 1 || t.Bytes%e != 0 {
 			return nil, fmt.Errorf("proto: tensor %d: needs layer >= 0 and a positive whole number of elements, got layer %d, %d bytes of %d-byte elements", i, t.Layer, t.Bytes, e)
 		}
+		if !t.Wire.Valid() {
+			return nil, fmt.Errorf("proto: tensor %d: unknown element type %d", i, int(t.Wire))
+		}
 		w.layers = max(w.layers, t.Layer+1)
+	}
+	w.units, w.unitOf = fuse(cfg.Tensors, cfg.FusionBytes)
+	w.memberIndex = make([]int, len(cfg.Tensors))
+	for _, u := range w.units {
+		for i, t := range u.Tensors {
+			w.memberIndex[t] = i
+		}
 	}
 	if w.plans == nil {
 		w.plans = NewPlans()
@@ -380,7 +410,17 @@ func (w *Worker) Post(tensor, iteration int) error {
 	if !t.Posted.in(iteration) {
 		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d, but it is posted in %v", w.cfg.Rank, tensor, iteration, t.Posted)
 	}
-	task := t.task(tensor, iteration)
+	if _, ok := w.layerLeft[iteration]; !ok {
+		w.layerLeft[iteration] = append([]int(nil), w.perLayerAt[min(iteration, 1)]...)
+	}
+	u := w.unitOf[tensor]
+	if len(w.units[u].Tensors) > 1 {
+		complete, err := w.postFused(tensor, iteration)
+		if err != nil || !complete {
+			return err
+		}
+	}
+	task := w.units[u].task(u, iteration)
 	var err error
 	if w.leader != nil {
 		err = w.leader.Post(task)
@@ -389,9 +429,6 @@ func (w *Worker) Post(tensor, iteration int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
-	}
-	if _, ok := w.layerLeft[iteration]; !ok {
-		w.layerLeft[iteration] = append([]int(nil), w.perLayerAt[min(iteration, 1)]...)
 	}
 	return w.dispatch()
 }
@@ -556,8 +593,8 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 		return pl, nil
 	}
 	in := placement.Inputs{PartitionBytes: cfg.PartitionBytes, ShardBytes: w.cfg.ShardBytes, Servers: w.cfg.Servers}
-	for i, t := range w.cfg.Tensors {
-		bytes, elem, _ := t.task(i, 0).Cut(cfg)
+	for i, u := range w.units {
+		bytes, elem, _ := u.task(i, 0).Cut(cfg)
 		in.TensorBytes = append(in.TensorBytes, bytes)
 		in.TensorElemBytes = append(in.TensorElemBytes, elem)
 	}
@@ -585,11 +622,12 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 	if !taskDone {
 		return nil
 	}
-	w.ready.Synced = append(w.ready.Synced, Synced{Tensor: id.Tensor, Iteration: id.Iteration})
 	k := id.Iteration
 	left := w.layerLeft[k]
-	l := p.Layer
-	left[l]--
+	for _, t := range w.units[id.Tensor].Tensors {
+		w.ready.Synced = append(w.ready.Synced, Synced{Tensor: t, Iteration: k})
+		left[w.cfg.Tensors[t].Layer]--
+	}
 	all := true
 	for _, n := range left {
 		all = all && n == 0
@@ -604,8 +642,12 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 				w.open(l, k)
 			}
 		}
-	case left[l] == 0:
-		w.open(l, k)
+	default:
+		for _, t := range w.units[id.Tensor].Tensors {
+			if l := w.cfg.Tensors[t].Layer; left[l] == 0 {
+				w.open(l, k)
+			}
+		}
 	}
 	return nil
 }
@@ -623,10 +665,14 @@ func (w *Worker) checkAnnounced(p sched.Piece) error {
 		return fmt.Errorf("proto: worker %d: rank 0 announced piece %d of tensor %d iteration %d in configuration epoch %d before announcing that epoch (epochs here are 0..%d)",
 			w.cfg.Rank, p.Index, p.Tensor, p.Iteration, p.Epoch, len(w.epochs)-1)
 	}
-	if p.Tensor < 0 || p.Tensor >= len(w.cfg.Tensors) {
-		return fmt.Errorf("proto: worker %d: rank 0 announced a piece of tensor %d iteration %d, but there are %d tensors", w.cfg.Rank, p.Tensor, p.Iteration, len(w.cfg.Tensors))
+	if p.Tensor < 0 || p.Tensor >= len(w.units) {
+		have := fmt.Sprintf("%d tensors", len(w.units))
+		if len(w.units) < len(w.cfg.Tensors) {
+			have = fmt.Sprintf("%d units of communication (%d tensors fused at %d bytes)", len(w.units), len(w.cfg.Tensors), w.cfg.FusionBytes)
+		}
+		return fmt.Errorf("proto: worker %d: rank 0 announced a piece of tensor %d iteration %d, but there are %s", w.cfg.Rank, p.Tensor, p.Iteration, have)
 	}
-	t := w.cfg.Tensors[p.Tensor]
+	t := w.units[p.Tensor].Tensor
 	cfg := w.epochs[p.Epoch].Config
 	bytes, elem, comp := t.task(p.Tensor, p.Iteration).Cut(cfg)
 	part := cfg.PartitionBytes

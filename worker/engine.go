@@ -62,7 +62,7 @@ func (e *Engine) wireOf(p sched.Piece) dtype.DType {
 	if p.Compression != dtype.F32 {
 		return p.Compression
 	}
-	return e.cfg.Tensors[p.Tensor].Wire
+	return e.cfg.Tensors[e.units[p.Tensor].Tensors[0]].Wire
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
@@ -81,6 +81,11 @@ type Config struct {
 	Sched         sched.Config
 	// ShardBytes is the PS big-array bound (see placement.Inputs).
 	ShardBytes int64
+	// FusionBytes fuses neighbouring small tensors into units of at most
+	// this many bytes (proto.Config.FusionBytes; 0: none). A fused unit's
+	// gradients are copied into one buffer when its last tensor is posted
+	// and its sum back into each tensor's slice when it is in place.
+	FusionBytes int64
 	// Servers are the connections to the parameter servers, by server index
 	// (PS only).
 	Servers []*transport.Conn
@@ -130,9 +135,23 @@ type Engine struct {
 	// running is set by Start (Reconfigure needs the loop).
 	running atomic.Bool
 
-	// gradsMu guards grads, which readers decode sums into.
+	// gradsMu guards grads, which readers decode sums into. grads is
+	// keyed by unit (proto.Unit): a tensor's own slice where the unit is
+	// one tensor, else the unit's staging buffer.
 	gradsMu sync.RWMutex
 	grads   map[taskKey][]float32
+
+	// units are the machine's; unitElems[u] is unit u's elements and
+	// memberOff[t] where tensor t's start within its unit. members holds
+	// the posted gradients of fused units' tensors (by tensor), staged
+	// counts the members posted and unstaged the members synced of a
+	// fused unit's iteration (by unit). The loop's only.
+	units     []proto.Unit
+	unitElems []int
+	memberOff []int
+	members   map[taskKey][]float32
+	staged    map[taskKey]int
+	unstaged  map[taskKey]int
 
 	// postedAt and started feed the observer (only when there is one).
 	postedAt map[taskKey]time.Time
@@ -185,7 +204,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("worker: rank %d needs a control connection to rank 0", cfg.Rank)
 	}
 	pc := proto.Config{Rank: cfg.Rank, Workers: cfg.Workers, Arch: cfg.Arch, Sched: cfg.Sched,
-		Servers: len(cfg.Servers), ShardBytes: cfg.ShardBytes}
+		Servers: len(cfg.Servers), ShardBytes: cfg.ShardBytes, FusionBytes: cfg.FusionBytes}
 	for i, t := range cfg.Tensors {
 		if t.Elems < 1 || t.Layer < 0 {
 			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
@@ -195,14 +214,24 @@ func New(cfg Config) (*Engine, error) {
 		}
 		size := t.Wire.Size()
 		pc.Tensors = append(pc.Tensors, proto.Tensor{Layer: t.Layer, Bytes: int64(size) * int64(t.Elems), ElemBytes: size,
-			Compressible: t.Wire == dtype.F32 && !t.Exact, Posted: t.Posted})
+			Compressible: t.Wire == dtype.F32 && !t.Exact, Posted: t.Posted, Wire: t.Wire})
 	}
 	m, err := proto.New(pc)
 	if err != nil {
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, m: m, events: make(chan event, 1024), grads: map[taskKey][]float32{},
-		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]time.Time{}}
+		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]time.Time{},
+		units: m.Units(), memberOff: make([]int, len(cfg.Tensors)),
+		members: map[taskKey][]float32{}, staged: map[taskKey]int{}, unstaged: map[taskKey]int{}}
+	for _, u := range e.units {
+		n := 0
+		for _, t := range u.Tensors {
+			e.memberOff[t] = n
+			n += cfg.Tensors[t].Elems
+		}
+		e.unitElems = append(e.unitElems, n)
+	}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -430,13 +459,7 @@ func (e *Engine) handle(ev event) error {
 	switch ev.kind {
 	case evPost:
 		for _, p := range ev.posts {
-			task := taskKey{iter: ev.task.iter, tensor: p.Tensor}
-			e.gradsMu.Lock()
-			e.grads[task] = p.Grad
-			e.gradsMu.Unlock()
-			if e.cfg.Observer != nil {
-				e.postedAt[task] = time.Now()
-			}
+			e.stage(ev.task.iter, p)
 			if err = e.m.Post(p.Tensor, ev.task.iter); err != nil {
 				break
 			}
@@ -499,11 +522,7 @@ func (e *Engine) carryOut() error {
 		}
 	}
 	for _, s := range rd.Synced {
-		k := taskKey{iter: s.Iteration, tensor: s.Tensor}
-		e.gradsMu.Lock()
-		delete(e.grads, k)
-		e.gradsMu.Unlock()
-		delete(e.postedAt, k)
+		e.unstage(s)
 		if e.cfg.OnDone != nil {
 			e.cfg.OnDone(s.Tensor, s.Iteration)
 		}
@@ -517,6 +536,53 @@ func (e *Engine) carryOut() error {
 		e.gate.Broadcast()
 	}
 	return nil
+}
+
+// stage records a posted gradient under its unit: the tensor's own slice,
+// or, once a fused unit's last tensor is posted, a buffer holding all of
+// them end to end.
+func (e *Engine) stage(iteration int, p Posting) {
+	u := e.m.UnitOf(p.Tensor)
+	k := taskKey{iter: iteration, tensor: u}
+	data := p.Grad
+	if members := e.units[u].Tensors; len(members) > 1 {
+		e.members[taskKey{iter: iteration, tensor: p.Tensor}] = p.Grad
+		if e.staged[k]++; e.staged[k] < len(members) {
+			return
+		}
+		delete(e.staged, k)
+		data = make([]float32, e.unitElems[u])
+		for _, t := range members {
+			copy(data[e.memberOff[t]:], e.members[taskKey{iter: iteration, tensor: t}])
+		}
+	}
+	e.gradsMu.Lock()
+	e.grads[k] = data
+	e.gradsMu.Unlock()
+	if e.cfg.Observer != nil {
+		e.postedAt[k] = time.Now()
+	}
+}
+
+// unstage puts a synced tensor's sum in place (a fused unit's member:
+// copied out of the unit's buffer) and forgets the unit once all of it is.
+func (e *Engine) unstage(s proto.Synced) {
+	u := e.m.UnitOf(s.Tensor)
+	k := taskKey{iter: s.Iteration, tensor: u}
+	if members := e.units[u].Tensors; len(members) > 1 {
+		tk := taskKey{iter: s.Iteration, tensor: s.Tensor}
+		dst := e.members[tk]
+		copy(dst, e.grad(s.Iteration, u)[e.memberOff[s.Tensor]:][:len(dst)])
+		delete(e.members, tk)
+		if e.unstaged[k]++; e.unstaged[k] < len(members) {
+			return
+		}
+		delete(e.unstaged, k)
+	}
+	e.gradsMu.Lock()
+	delete(e.grads, k)
+	e.gradsMu.Unlock()
+	delete(e.postedAt, k)
 }
 
 // sendMessage sends one of the machine's messages.

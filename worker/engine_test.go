@@ -125,15 +125,20 @@ func TestPSExactSums(t *testing.T) {
 		pull              bool
 		partition, shards int64
 		credit            int64
+		fusion            int64
 	}{
-		{1, 1, false, 0, 0, 0},
-		{2, 1, true, 64, 0, 128},
-		{2, 2, false, 100, 48, 200},
-		{3, 2, true, 96, 40, 1},
-		{3, 3, false, 0, 64, 0},
+		{1, 1, false, 0, 0, 0, 0},
+		{2, 1, true, 64, 0, 128, 0},
+		{2, 2, false, 100, 48, 200, 0},
+		{3, 2, true, 96, 40, 1, 0},
+		{3, 3, false, 0, 64, 0, 0},
+		// Fused: tensors 0+1 and 3+4 travel as one unit each.
+		{1, 1, false, 0, 0, 0, 300},
+		{3, 2, false, 96, 40, 200, 300},
+		{2, 2, true, 0, 0, 0, 300},
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("w%d/s%d/pull%v/part%d/shard%d/credit%d", c.workers, c.servers, c.pull, c.partition, c.shards, c.credit), func(t *testing.T) {
+		t.Run(fmt.Sprintf("w%d/s%d/pull%v/part%d/shard%d/credit%d/fusion%d", c.workers, c.servers, c.pull, c.partition, c.shards, c.credit, c.fusion), func(t *testing.T) {
 			mode := ps.AnswerPush
 			if c.pull {
 				mode = ps.SeparatePull
@@ -145,11 +150,15 @@ func TestPSExactSums(t *testing.T) {
 				cfg := tn.config(r, testTensors)
 				cfg.PullMode = c.pull
 				cfg.ShardBytes = c.shards
+				cfg.FusionBytes = c.fusion
 				cfg.Sched = sched.Config{PartitionBytes: c.partition, CreditBytes: c.credit, Order: sched.OrderPriority}
 				cfg.OnDone = run.onDone(r)
 				cfgs = append(cfgs, cfg)
 			}
-			run.run(t, start(t, tn, cfgs))
+			es := start(t, tn, cfgs)
+			checkFused(t, es[0], c.fusion)
+			run.run(t, es)
+			checkUnstaged(t, es)
 		})
 	}
 }
@@ -158,8 +167,9 @@ func TestPSExactSums(t *testing.T) {
 // single worker without one.
 func TestAllReduceExactSums(t *testing.T) {
 	for _, n := range []int{1, 2, 3} {
-		for _, part := range []int64{0, 24} {
-			t.Run(fmt.Sprintf("w%d/part%d", n, part), func(t *testing.T) {
+		for _, c := range []struct{ part, fusion int64 }{{0, 0}, {24, 0}, {0, 300}, {24, 300}} {
+			part := c.part
+			t.Run(fmt.Sprintf("w%d/part%d/fusion%d", n, part, c.fusion), func(t *testing.T) {
 				tn := newNet(t, n, 0, ps.AnswerPush)
 				ring := newFakeRing(n)
 				run := newSumRun(n, 3, testTensors)
@@ -171,12 +181,47 @@ func TestAllReduceExactSums(t *testing.T) {
 						cfg.Ring = ring.member(r)
 					}
 					cfg.Sched = sched.Config{PartitionBytes: part, CreditBytes: 2 * part, Order: sched.OrderPriority}
+					cfg.FusionBytes = c.fusion
 					cfg.OnDone = run.onDone(r)
 					cfgs = append(cfgs, cfg)
 				}
-				run.run(t, start(t, tn, cfgs))
+				es := start(t, tn, cfgs)
+				checkFused(t, es[0], c.fusion)
+				run.run(t, es)
+				checkUnstaged(t, es)
 				ring.check(t)
 			})
+		}
+	}
+}
+
+// checkFused asserts that fusion 300 fuses testTensors into 0+1, 2, 3+4
+// (so that the exact-sum runs above cover fused units) and 0 fuses nothing.
+func checkFused(t *testing.T, e *Engine, fusion int64) {
+	t.Helper()
+	var got [][]int
+	for _, u := range e.units {
+		got = append(got, u.Tensors)
+	}
+	want := [][]int{{0}, {1}, {2}, {3}, {4}}
+	if fusion == 300 {
+		want = [][]int{{0, 1}, {2}, {3, 4}}
+	}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("fusion %d: units %v, want %v", fusion, got, want)
+	}
+}
+
+// checkUnstaged asserts that the engines hold no gradient or fused-unit
+// buffer once every iteration is synced.
+func checkUnstaged(t *testing.T, es []*Engine) {
+	t.Helper()
+	for r, e := range es {
+		e.gradsMu.RLock()
+		n := len(e.grads)
+		e.gradsMu.RUnlock()
+		if n != 0 {
+			t.Errorf("rank %d still holds %d gradients after the run", r, n)
 		}
 	}
 }

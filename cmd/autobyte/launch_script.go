@@ -50,6 +50,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	} else {
 		set("AUTOBYTE_ARCH", "allreduce")
 	}
+	if spec.FusionBytes > 0 {
+		set("AUTOBYTE_FUSION", strconv.FormatInt(spec.FusionBytes, 10))
+	}
 	if c := spec.Sched.Compression; c != dtype.F32 {
 		set("AUTOBYTE_COMPRESSION", c.String())
 	} else if lc.scriptCompressAuto {

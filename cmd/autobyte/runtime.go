@@ -110,7 +110,7 @@ func (f *scenarioFlags) specFor(cmd *cobra.Command, needModel bool) (job.Spec, s
 		arch = worker.AllReduce
 	}
 	return job.Spec{Profile: o.Profile, Arch: arch, Workers: o.Workers, Servers: o.Servers, Sched: o.Sched,
-		ShardBytes: o.ShardBytes, Iterations: o.Iterations, PullMode: f.pull}, o, nil
+		ShardBytes: o.ShardBytes, FusionBytes: o.FusionBytes, Iterations: o.Iterations, PullMode: f.pull}, o, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.

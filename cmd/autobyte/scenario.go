@@ -37,6 +37,7 @@ type scenarioFlags struct {
 	scheduler, admission string
 	partition, credit    string
 	shard                string
+	fusion               string
 	pull                 bool
 	iterations           int
 	jitter               float64
@@ -62,6 +63,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
+	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
 	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
@@ -268,6 +270,12 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, fmt.Errorf("--shard: %w", err)
 		}
 	}
+	var fusion int64
+	if f.fusion != "0" {
+		if fusion, err = units.ParseBytes(f.fusion); err != nil {
+			return o, fmt.Errorf("--fusion: %w", err)
+		}
+	}
 	cfg, err := f.schedConfig(cmd, arch)
 	if err != nil {
 		return o, err
@@ -284,7 +292,7 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
-		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
+		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, FusionBytes: fusion, Sched: cfg,
 		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
 	if err := f.dynamics(&o); err != nil {
 		return o, err

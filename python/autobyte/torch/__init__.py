@@ -98,7 +98,7 @@ _initialised = False
 _sessions = []  # weak references to live sessions
 
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
-          "peer_timeout", "log_level", "listen", "trace", "compression"}
+          "peer_timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
 
 def _env_int(name, default):
@@ -119,7 +119,8 @@ def init(**settings):
     the engine. Keyword settings override the AUTOBYTE_* environment, e.g.
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
-    bandwidth, peer_timeout, log_level, trace (a file for this
+    fusion (fuse neighbouring parameters smaller than this, e.g. "256KB",
+    into one message, like DDP's buckets; default 0: never), bandwidth, peer_timeout, log_level, trace (a file for this
     worker's timeline, see autobyte.timeline) and compression (none, bf16
     or fp16: the type float32 parameters' gradients travel in; auto: the
     autobyte tuner, AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
