@@ -38,6 +38,11 @@ def autobyte_bin():
     return _bin
 
 
+def rel(a, b):
+    a, b = a.double(), b.double()
+    return ((a - b).norm() / max(b.norm().item(), 1e-30)).item()
+
+
 def tearDownModule():
     shutil.rmtree(_tmp, ignore_errors=True)
 
@@ -91,6 +96,21 @@ class Determinism(unittest.TestCase):
     def test_ring_allreduce_twice(self):
         self.assertSameBits(self.job("ring-1", self.RING), self.job("ring-2", self.RING),
                             "two runs of the same job on ring all-reduce")
+
+    def test_fusion_keeps_the_servers_sums(self):
+        # Fused small parameters travel as one piece, but a server still
+        # sums each element in rank order: the same bits as unfused.
+        self.assertSameBits(self.job("ps-1", self.PS), self.job("ps-fused", self.PS + ["--fusion", "64KB"]),
+                            "parameter servers with and without --fusion 64KB")
+
+    def test_fusion_on_the_ring(self):
+        # Fusion moves the ring's chunk boundaries, so the order of some
+        # sums changes: the same training within rounding.
+        ring, fused = self.job("ring-1", self.RING), self.job("ring-fused", self.RING + ["--fusion", "64KB"])
+        for k, v in ring["state"].items():
+            self.assertLess(rel(fused["state"][k], v), 1e-5, "ring with --fusion 64KB: parameter %s" % k)
+        for a, b in zip(ring["losses"], fused["losses"]):
+            self.assertLess(abs(a - b), 1e-5 * abs(b), "ring with --fusion 64KB: losses %s vs %s" % (fused["losses"], ring["losses"]))
 
     def test_control_other_order_is_seen(self):
         # Negative control: ring all-reduce sums in another (fixed) order
