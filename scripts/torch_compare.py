@@ -15,7 +15,8 @@ writes every number to --out as JSON.
 
 A variant is NAME=LAUNCH FLAGS | SCRIPT FLAGS: the flags before '|' go to
 `autobyte launch`, those after it to the script, after the common script
-arguments that follow '--'.
+arguments that follow '--'. --loopback runs every process on unshaped
+loopback instead (no testbed, no root).
 """
 
 import argparse
@@ -40,8 +41,8 @@ def parse_variant(spec):
 
 
 def run(ab, bed, args, launch, script_flags):
-    cmd = [ab, "launch", "--testbed", bed, "--bandwidth", args.rate, "--workers", str(args.workers)] + launch + \
-          ["--", args.python] + args.script + script_flags
+    where = [] if args.loopback else ["--testbed", bed, "--bandwidth", args.rate]
+    cmd = [ab, "launch"] + where + ["--workers", str(args.workers)] + launch + ["--", args.python] + args.script + script_flags
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.timeout)
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
@@ -61,6 +62,7 @@ def main():
     p.add_argument("--out", default="", help="write the runs and medians to this JSON file")
     p.add_argument("--timeout", type=float, default=1800, help="seconds one run may take")
     p.add_argument("--name", default="abcmp", help="testbed name")
+    p.add_argument("--loopback", action="store_true", help="unshaped loopback, no testbed (--rate unused)")
     p.add_argument("script", nargs=argparse.REMAINDER, help="-- SCRIPT [ARGS...]")
     args = p.parse_args()
     if args.script and args.script[0] == "--":
@@ -77,10 +79,12 @@ def main():
                                    stdout=subprocess.PIPE, text=True, check=True).stdout.strip()
     ab = "/tmp/autobyte-torch-compare"
     subprocess.run(["go", "build", "-o", ab, "./cmd/autobyte"], cwd=ROOT, check=True)
-    subprocess.run([ab, "testbed", "up", "--name", args.name, "--hosts", str(2 * args.workers), "--rate", args.rate],
-                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    print("%s, %d workers at %s, %s (torch %s), %d rounds" % (" ".join(args.script), args.workers, args.rate,
-                                                              args.python, torch_version, args.rounds), flush=True)
+    if not args.loopback:
+        subprocess.run([ab, "testbed", "up", "--name", args.name, "--hosts", str(2 * args.workers), "--rate", args.rate],
+                       cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    print("%s, %d workers %s, %s (torch %s), %d rounds" % (" ".join(args.script), args.workers,
+                                                           "on loopback" if args.loopback else "at " + args.rate,
+                                                           args.python, torch_version, args.rounds), flush=True)
     runs = {n: [] for n in names}
     try:
         for r in range(args.rounds):
@@ -89,7 +93,8 @@ def main():
                 runs[name].append(res)
                 print("round %d  %-16s %.3f s/step  final loss %.6f" % (r + 1, name, res["iteration_time_s"], res["final_loss"]), flush=True)
     finally:
-        subprocess.run([ab, "testbed", "down", "--name", args.name], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not args.loopback:
+            subprocess.run([ab, "testbed", "down", "--name", args.name], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     base = names[0]
     medians = {n: statistics.median(x["iteration_time_s"] for x in runs[n]) for n in names}
@@ -105,7 +110,7 @@ def main():
                                                                  " ".join("%.2f" % q for q in ratios)), flush=True)
     if args.out:
         with open(args.out, "w") as f:
-            json.dump({"script": args.script, "rate": args.rate, "workers": args.workers, "rounds": args.rounds,
+            json.dump({"script": args.script, "rate": "loopback" if args.loopback else args.rate, "workers": args.workers, "rounds": args.rounds,
                        "python": args.python, "torch": torch_version, "cpus": os.cpu_count(), "host": platform.node(),
                        "date": time.strftime("%Y-%m-%d %H:%M:%S"), "variants": summary,
                        "results": {n: runs[n] for n in names}}, f, indent=1)

@@ -1,5 +1,6 @@
-"""torch.compile through the plugin (torch 2): examples/torch_cnn.py's VGG
-(width 16, BatchNorm), 2 workers, ring all-reduce, 5 steps, compiled with
+"""torch.compile through the plugin (torch 2; on torch 1.13, which has
+none, the test checks that --compile is refused at once, naming the
+version): examples/torch_cnn.py's VGG (width 16, BatchNorm), 2 workers, ring all-reduce, 5 steps, compiled with
 the aot_eager backend (dynamo and AOT autograd, as inductor uses them,
 without inductor's C++ build, which takes minutes on 2 cores), in both
 ways the plugin takes it:
@@ -22,7 +23,7 @@ import unittest
 
 import torch
 
-from helpers import ROOT, TOL, run_ok, rel, tmp
+from helpers import ROOT, TOL, launch, run_ok, rel, tmp
 
 SCRIPT = os.path.join(ROOT, "examples", "torch_cnn.py")
 ARGS = ["--width", "16", "--iterations", "5", "--warmup", "1", "--losses", "--compile-backend", "aot_eager"]
@@ -32,10 +33,20 @@ def result(out):
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
 
 
+COMPILES = tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) >= (2, 1)
+
+
 class Compile(unittest.TestCase):
     def test_compiled_model_trains_like_eager_ddp(self):
-        if tuple(int(x) for x in re.findall(r"\d+", torch.__version__)[:2]) < (2, 1):
-            self.skipTest("torch %s has no torch.compile (torch 2.0 added it; torch.compiler.disable, which the plugin's hooks use, is 2.1)" % torch.__version__)
+        if not COMPILES:
+            # torch 1.13 has no torch.compile (2.0 added it; the plugin's
+            # hooks need 2.1's torch.compiler.disable): there, asking for it
+            # must fail at once, naming the version, not train uncompiled.
+            rc, out, _ = launch(["--workers", "2", "--arch", "allreduce"], ["--backend", "autobyte", "--compile", "model"] + ARGS,
+                                script=SCRIPT, timeout=120)
+            self.assertNotEqual(rc, 0, "--compile on torch %s trained:\n%s" % (torch.__version__, out))
+            self.assertIn("--compile needs torch >= 2.0, this is torch %s" % torch.__version__, out)
+            return
         runs = {}
         for name, backend, mode in (("DDP eager", "ddp", ""), ("model", "autobyte", "model"), ("layers", "autobyte", "layers")):
             save = tmp("compile-%s.pt" % backend + mode)
