@@ -189,7 +189,16 @@ def main():
         local = {k: v.clone() for k, v in model.state_dict().items()}
         inner = make_optimizer(model)
         if a.backend == "ddp":
-            net = nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters and buffers
+            # DDP broadcasts rank 0's parameters and buffers, but gloo on
+            # torch 1.13 cannot carry bool ones: those go as uint8, by hand.
+            masks = [n for n, b in model.named_buffers() if b.dtype == torch.bool]
+            nn.parallel.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, masks)
+            net = nn.parallel.DistributedDataParallel(model)
+            for n in masks:
+                b = model.get_buffer(n)
+                wide = b.to(torch.uint8)
+                dist.broadcast(wide, 0)
+                b.copy_(wide.bool())
             if compression in ("bf16", "fp16"):
                 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
                 net.register_comm_hook(None, getattr(default_hooks, compression + "_compress_hook"))
