@@ -3,7 +3,7 @@
 # 100 Mbit/s per host; DDP with its own all-reduce and with
 # bf16_compress_hook; autobyte on ring all-reduce (DDP's own hosts) in
 # float32 and with bf16 compression, and on parameter servers (4 hosts of
-# their own) with bf16 compression; medians of ROUNDS alternating rounds,
+# their own) in float32 and with bf16 compression; medians of ROUNDS alternating rounds,
 # for examples/torch_cnn.py and torchvision's ResNet-18. Writes
 # OUT/NAME.json (scripts/torch_compare.py); docs/runtime.md "16-bit
 # gradients and compression" holds the results.
@@ -20,11 +20,12 @@ variants=(
   --variant "ddp-bf16-hook=--arch allreduce | --backend ddp --ddp-sum bf16"
   --variant "ring=--arch allreduce $cfg | --backend autobyte"
   --variant "ring-bf16=--arch allreduce $cfg --compression bf16 | --backend autobyte"
+  --variant "ps=--servers 4 $cfg | --backend autobyte"
   --variant "ps-bf16=--servers 4 $cfg --compression bf16 | --backend autobyte"
 )
 models=(
-  "cnn|examples/torch_cnn.py --iterations 20 --warmup 5"
-  "resnet18|examples/torch_resnet.py --model resnet18 --iterations 10 --warmup 3"
+  "cnn|examples/torch_cnn.py --iterations 12 --warmup 4"
+  "resnet18|examples/torch_resnet.py --model resnet18 --iterations 6 --warmup 2"
 )
 for m in "${models[@]}"; do
   name=${m%%|*} cmd=${m#*|}

@@ -7,13 +7,14 @@
 # and prints each run; docs/pytorch.md "Real models on the testbed" holds
 # the results.
 #
-#   sudo scripts/torch-testbed-models.sh [OUT] [ROUNDS]
+#   sudo scripts/torch-testbed-models.sh [OUT] [ROUNDS] [RUNS]
 #
-# TORCH113 and TORCH2 (environment) are the interpreters: by default the
-# venvs .ci/run creates.
+# RUNS picks TORCH:MODEL pairs (default "113:resnet18 113:gpt2 2:resnet18
+# 2:gpt2"). TORCH113 and TORCH2 (environment) are the interpreters: by
+# default the venvs .ci/run creates.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-/tmp/autobyte-torch-models} rounds=${2:-3}
+out=${1:-/tmp/autobyte-torch-models} rounds=${2:-3} runs=${3:-"113:resnet18 113:gpt2 2:resnet18 2:gpt2"}
 mkdir -p "$out"
 torch113=${TORCH113:-${AUTOBYTE_TORCH113_VENV:-$HOME/.cache/autobyte/torch113-venv}/bin/python}
 torch2=${TORCH2:-${AUTOBYTE_TORCH2_VENV:-$HOME/.cache/autobyte/torch2-venv}/bin/python}
@@ -27,16 +28,17 @@ variants=(
 # GPT-2 with 4 layers of width 256 and GPT-2's vocabulary and positions:
 # 16.3M parameters (65 MB), 128 tokens, batch 4. GPT-2 small's 124M would
 # take about a minute a step here on the network alone (500 MB at 12.5 MB/s).
-models=(
-  "resnet18|examples/torch_resnet.py --model resnet18 --iterations 10 --warmup 3"
-  "gpt2|examples/torch_gpt2.py --layers 4 --dim 256 --heads 4 --seq 128 --batch 4 --iterations 10 --warmup 3"
+declare -A models=(
+  [resnet18]="examples/torch_resnet.py --model resnet18 --iterations 6 --warmup 2"
+  [gpt2]="examples/torch_gpt2.py --layers 4 --dim 256 --heads 4 --seq 128 --batch 4 --iterations 6 --warmup 2"
 )
-for py in "$torch113" "$torch2"; do
+declare -A pythons=([113]="$torch113" [2]="$torch2")
+for r in $runs; do
+  t=${r%%:*} name=${r#*:}
+  py=${pythons[$t]:?"RUNS: unknown torch $t in $r (want 113 or 2)"}
+  cmd=${models[$name]:?"RUNS: unknown model $name in $r (want resnet18 or gpt2)"}
   v=$("$py" -c 'import torch; print(torch.__version__.split("+")[0])')
-  for m in "${models[@]}"; do
-    name=${m%%|*} cmd=${m#*|}
-    # shellcheck disable=SC2086 # cmd is a command line
-    python3 scripts/torch_compare.py --rate 100Mbps --workers 4 --rounds "$rounds" --python "$py" \
-      --out "$out/$name-$v.json" "${variants[@]}" -- $cmd
-  done
+  # shellcheck disable=SC2086 # cmd is a command line
+  python3 scripts/torch_compare.py --rate 100Mbps --workers 4 --rounds "$rounds" --python "$py" \
+    --out "$out/$name-$v.json" "${variants[@]}" -- $cmd
 done

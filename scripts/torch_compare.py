@@ -13,9 +13,10 @@ writes every number to --out as JSON.
       --variant 'ring-bf16=--arch allreduce --compression bf16 | --backend autobyte' \\
       -- examples/torch_cnn.py --iterations 20 --warmup 5
 
-A variant is NAME=LAUNCH FLAGS | SCRIPT FLAGS: the flags before '|' go to
-`autobyte launch`, those after it to the script, after the common script
-arguments that follow '--'. --loopback runs every process on unshaped
+A variant is NAME=LAUNCH FLAGS | SCRIPT FLAGS [| VAR=VALUE ...]: the flags
+before the first '|' go to `autobyte launch`, those after it to the script,
+after the common script arguments that follow '--'; the assignments after a
+second '|' are set in the environment of the launch and its processes. --loopback runs every process on unshaped
 loopback instead (no testbed, no root).
 """
 
@@ -36,15 +37,23 @@ def parse_variant(spec):
     name, sep, rest = spec.partition("=")
     if not sep or not name.strip():
         raise argparse.ArgumentTypeError("--variant %r: want NAME=LAUNCH FLAGS | SCRIPT FLAGS" % spec)
-    launch, _, script = rest.partition("|")
-    return name.strip(), shlex.split(launch), shlex.split(script)
+    launch, _, rest = rest.partition("|")
+    script, _, env = rest.partition("|")
+    assigns = {}
+    for a in shlex.split(env):
+        k, eq, v = a.partition("=")
+        if not eq or not k:
+            raise argparse.ArgumentTypeError("--variant %r: %r is not VAR=VALUE" % (spec, a))
+        assigns[k] = v
+    return name.strip(), shlex.split(launch), shlex.split(script), assigns
 
 
-def run(ab, bed, args, launch, script_flags):
+def run(ab, bed, args, launch, script_flags, env):
     where = [] if args.loopback else ["--testbed", bed, "--bandwidth", args.rate]
     cmd = [ab, "launch"] + where + ["--workers", str(args.workers)] + launch + ["--", args.python] + args.script + script_flags
     t0 = time.monotonic()
-    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.timeout)
+    p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.timeout,
+                       env=dict(os.environ, **env))
     lines = [l for l in p.stdout.splitlines() if l.startswith("{")]
     if p.returncode != 0 or not lines:
         tail = "\n".join(p.stderr.splitlines()[-15:])
@@ -88,8 +97,8 @@ def main():
     runs = {n: [] for n in names}
     try:
         for r in range(args.rounds):
-            for name, launch, flags in args.variant:
-                res = run(ab, args.name, args, launch, flags)
+            for name, launch, flags, env in args.variant:
+                res = run(ab, args.name, args, launch, flags, env)
                 runs[name].append(res)
                 print("round %d  %-16s %.3f s/step  final loss %.6f" % (r + 1, name, res["iteration_time_s"], res["final_loss"]), flush=True)
     finally:
@@ -99,11 +108,11 @@ def main():
     base = names[0]
     medians = {n: statistics.median(x["iteration_time_s"] for x in runs[n]) for n in names}
     summary = []
-    for name, launch, flags in args.variant:
+    for name, launch, flags, env in args.variant:
         times = [x["iteration_time_s"] for x in runs[name]]
         # Per-round ratios pair each run with the baseline's run of the same round.
         ratios = [b["iteration_time_s"] / x["iteration_time_s"] for b, x in zip(runs[base], runs[name])]
-        summary.append({"variant": name, "launch": launch, "script_flags": flags, "iteration_time_s": times,
+        summary.append({"variant": name, "launch": launch, "script_flags": flags, "env": env, "iteration_time_s": times,
                         "median_s": medians[name], "speedup_over_" + base: medians[base] / medians[name],
                         "round_ratios": ratios})
         print("median %-16s %.3f s/step  %.2fx %s  (rounds %s)" % (name, medians[name], medians[base] / medians[name], base,
