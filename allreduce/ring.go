@@ -282,7 +282,9 @@ func (r *Ring) Goodbye(timeout time.Duration) error {
 // readPrev receives ring frames from the previous rank until an error.
 func (r *Ring) readPrev() {
 	for {
-		f, err := r.prev.Recv()
+		// Each payload is summed into and forwarded as the next step's
+		// (step), then recycled once written.
+		f, err := r.prev.RecvTo(func(h transport.Header) []byte { return payloads.Get(int(h.Length)) })
 		if err != nil {
 			r.fail(fmt.Errorf("allreduce: rank %d: lost previous rank %d: %w", r.rank, r.prevRank, err))
 			return
@@ -383,7 +385,7 @@ func (r *Ring) Start(p sched.Piece, priority uint64, d dtype.DType, data []float
 	r.mu.Unlock()
 
 	lo, hi := chunk(len(data), r.size, r.rank)
-	payload := make([]byte, d.Size()*(hi-lo))
+	payload := payloads.Get(d.Size() * (hi - lo))
 	exp := d.Scale(data[lo:hi])
 	d.Encode(payload, data[lo:hi], exp)
 	err := r.send(pc, 0, lo, payload, exp)
@@ -510,10 +512,14 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 		exp = d.AddRound(dst, f.Payload, exp)
 	}
 	if s+1 == r.steps {
+		payloads.Put(f.Payload)
 		return nil
 	}
 	return r.send(pc, s+1, lo, f.Payload, exp)
 }
+
+// payloads recycles the frames received from the previous rank.
+var payloads transport.BufferPool
 
 // send enqueues step s of pc, the chunk at element lo encoded with scale
 // exponent exp, to the next rank. payload must not be modified afterwards.
@@ -521,7 +527,11 @@ func (r *Ring) send(pc *piece, s, lo int, payload []byte, exp int) error {
 	k := pc.key
 	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
 		Aux: uint32(s), Priority: pc.prio, Offset: uint64(pc.elem.Size() * lo), Elem: uint8(pc.elem), Scale: int8(exp)}
-	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: payload}, r.written); err != nil {
+	written := func(err error) {
+		payloads.Put(payload)
+		r.written(err)
+	}
+	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: payload}, written); err != nil {
 		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
 	}
 	return nil

@@ -632,7 +632,7 @@ func (e *Engine) push(m proto.Message) error {
 	payload, zeroCopy := transport.WireBytes(src)
 	exp := 0
 	if zeroCopy = zeroCopy && d == dtype.F32; !zeroCopy {
-		payload = getPayload(int(m.Bytes))
+		payload = payloads.Get(int(m.Bytes))
 		exp = d.Scale(src)
 		d.Encode(payload, src, exp)
 	}
@@ -642,7 +642,7 @@ func (e *Engine) push(m proto.Message) error {
 	c := e.cfg.Servers[m.Server]
 	var done func(error)
 	if !zeroCopy {
-		done = func(error) { putPayload(payload) }
+		done = func(error) { payloads.Put(payload) }
 	}
 	if err := c.SendNotify(transport.Frame{Header: h, Payload: payload}, done); err != nil {
 		return fmt.Errorf("worker: push to server %d: %w", m.Server, err)
@@ -656,18 +656,8 @@ func (e *Engine) push(m proto.Message) error {
 	return nil
 }
 
-// payloads recycles push buffers: a job pushes the same piece sizes every
-// iteration, and fresh megabyte buffers cost page faults and zeroing.
-var payloads sync.Pool
-
-func getPayload(n int) []byte {
-	if p, ok := payloads.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]byte, n)
-}
-
-func putPayload(b []byte) { payloads.Put(&b) }
+// payloads recycles push buffers.
+var payloads transport.BufferPool
 
 // readServer decodes sums from one server into the gradients in place.
 func (e *Engine) readServer(idx int, c *transport.Conn) {
