@@ -26,11 +26,13 @@ variants=(
 )
 # ResNet-18: 11.2M parameters (45 MB of gradients), 3x32x32 images, batch 32.
 # GPT-2 with 4 layers of width 256 and GPT-2's vocabulary and positions:
-# 16.3M parameters (65 MB), 128 tokens, batch 4. GPT-2 small's 124M would
+# 16.3M parameters (65 MB), 64 tokens, batch 2 (compute near the transfer
+# time; 128 tokens in batches of 4 compute for 27 s a step with 4 workers on
+# these 2 cores). GPT-2 small's 124M would
 # take about a minute a step here on the network alone (500 MB at 12.5 MB/s).
 declare -A models=(
   [resnet18]="examples/torch_resnet.py --model resnet18 --iterations 6 --warmup 2"
-  [gpt2]="examples/torch_gpt2.py --layers 4 --dim 256 --heads 4 --seq 128 --batch 4 --iterations 6 --warmup 2"
+  [gpt2]="examples/torch_gpt2.py --layers 4 --dim 256 --heads 4 --seq 64 --batch 2 --iterations 6 --warmup 2"
 )
 declare -A pythons=([113]="$torch113" [2]="$torch2")
 for r in $runs; do
