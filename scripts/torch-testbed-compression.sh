@@ -15,13 +15,17 @@ out=${1:-/tmp/autobyte-torch-compression} rounds=${2:-3}
 mkdir -p "$out"
 py=${TORCH2:-${AUTOBYTE_TORCH2_VENV:-$HOME/.cache/autobyte/torch2-venv}/bin/python}
 cfg="--partition 1MB --credit 4MB"
+# Parameter servers at the launch's default credit for them (16 MB): a piece
+# holds its credit until all 4 workers pushed it and its server answered,
+# so 4 MB in flight cannot fill a worker's link in both directions.
+pscfg="--partition 1MB --credit 16MB"
 variants=(
   --variant "ddp=--arch allreduce | --backend ddp"
   --variant "ddp-bf16-hook=--arch allreduce | --backend ddp --ddp-sum bf16"
   --variant "ring=--arch allreduce $cfg | --backend autobyte"
   --variant "ring-bf16=--arch allreduce $cfg --compression bf16 | --backend autobyte"
-  --variant "ps=--servers 4 $cfg | --backend autobyte"
-  --variant "ps-bf16=--servers 4 $cfg --compression bf16 | --backend autobyte"
+  --variant "ps=--servers 4 $pscfg | --backend autobyte"
+  --variant "ps-bf16=--servers 4 $pscfg --compression bf16 | --backend autobyte"
 )
 models=(
   "cnn|examples/torch_cnn.py --iterations 12 --warmup 4"
