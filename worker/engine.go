@@ -142,7 +142,8 @@ type Engine struct {
 	grads   map[taskKey][]float32
 
 	// units are the machine's; unitElems[u] is unit u's elements and
-	// memberOff[t] where tensor t's start within its unit. members holds
+	// memberOff[t] where tensor t's start within its unit (from the
+	// units' byte layout). members holds
 	// the posted gradients of fused units' tensors (by tensor), staged
 	// counts the members posted and unstaged the members synced of a
 	// fused unit's iteration (by unit). The loop's only.
@@ -225,12 +226,13 @@ func New(cfg Config) (*Engine, error) {
 		units: m.Units(), memberOff: make([]int, len(cfg.Tensors)),
 		members: map[taskKey][]float32{}, staged: map[taskKey]int{}, unstaged: map[taskKey]int{}}
 	for _, u := range e.units {
-		n := 0
-		for _, t := range u.Tensors {
-			e.memberOff[t] = n
-			n += cfg.Tensors[t].Elems
+		// The machine lays a unit out in wire bytes; the posted data is
+		// float32 elements, one per wire element.
+		size := int64(cfg.Tensors[u.Tensors[0]].Wire.Size())
+		for i, t := range u.Tensors {
+			e.memberOff[t] = int(u.Offsets[i] / size)
 		}
-		e.unitElems = append(e.unitElems, n)
+		e.unitElems = append(e.unitElems, int(u.Bytes/size))
 	}
 	if e.log == nil {
 		e.log = slog.Default()
