@@ -93,13 +93,15 @@ type Reconfiguration struct {
 }
 
 // reconfigureLen is the payload size of a CtlReconfigure frame: partition
-// and credit (int64 each), order and admission (uint32 each).
-const reconfigureLen = 24
+// and credit (int64 each), order and admission (uint32 each), then the
+// server weights (sched.MaxWeightedServers uint16s).
+const reconfigureLen = 24 + 2*sched.MaxWeightedServers
 
 // ReconfigureFrame encodes r for the followers: Header.Epoch is r.Epoch,
 // Header.Iteration is r.From, and the 24-byte little-endian payload holds
-// PartitionBytes (int64), CreditBytes (int64), Order (uint32) and
-// Admission (uint32); Header.Elem is the Compression. Its priority is 0, that of piece announcements, so on
+// PartitionBytes (int64), CreditBytes (int64), Order (uint32), Admission
+// (uint32) and the ServerWeights (uint16 each); Header.Elem is the
+// Compression. Its priority is 0, that of piece announcements, so on
 // one connection the two keep the order they were sent in.
 func ReconfigureFrame(r Reconfiguration) transport.Frame {
 	payload := make([]byte, reconfigureLen)
@@ -107,6 +109,9 @@ func ReconfigureFrame(r Reconfiguration) transport.Frame {
 	binary.LittleEndian.PutUint64(payload[8:], uint64(r.Config.CreditBytes))
 	binary.LittleEndian.PutUint32(payload[16:], uint32(r.Config.Order))
 	binary.LittleEndian.PutUint32(payload[20:], uint32(r.Config.Admission))
+	for i, w := range r.Config.ServerWeights {
+		binary.LittleEndian.PutUint16(payload[24+2*i:], w)
+	}
 	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlReconfigure,
 		Epoch: uint32(r.Epoch), Iteration: uint32(r.From), Length: reconfigureLen, Elem: uint8(r.Config.Compression)}, Payload: payload}
 }
@@ -128,6 +133,9 @@ func DecodeReconfigure(f transport.Frame) (Reconfiguration, error) {
 		Admission:      sched.Admission(binary.LittleEndian.Uint32(f.Payload[20:])),
 		Compression:    dtype.DType(f.Elem),
 	}}
+	for i := range r.Config.ServerWeights {
+		r.Config.ServerWeights[i] = binary.LittleEndian.Uint16(f.Payload[24+2*i:])
+	}
 	if r.Epoch < 1 {
 		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration from iteration %d: epoch %d (changes start at epoch 1)", r.From, r.Epoch)
 	}

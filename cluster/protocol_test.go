@@ -20,6 +20,8 @@ func TestReconfigureRoundTrip(t *testing.T) {
 		{Epoch: 3, From: math.MaxUint32, Config: sched.Config{PartitionBytes: math.MaxInt64, CreditBytes: 1, Order: sched.OrderFIFO, Admission: sched.AdmitPositive}},
 		{Epoch: 4, From: 9, Config: sched.Config{PartitionBytes: 10, Order: sched.OrderPriority, Compression: dtype.BF16}},
 		{Epoch: 5, From: 10, Config: sched.Config{Order: sched.OrderPriority, Compression: dtype.F16}},
+		{Epoch: 6, From: 11, Config: sched.Config{Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{1000, 250, 1}}},
+		{Epoch: 7, From: 12, Config: sched.Config{Order: sched.OrderPriority, ServerWeights: maxWeights()}},
 	} {
 		f := ReconfigureFrame(r)
 		if f.Priority != 0 {
@@ -40,6 +42,16 @@ func TestReconfigureRoundTrip(t *testing.T) {
 	}
 }
 
+// maxWeights weighs every server a configuration can weigh, with the
+// extreme weights.
+func maxWeights() sched.ServerWeights {
+	var w sched.ServerWeights
+	for i := range w {
+		w[i] = uint16(1 + i%2*(math.MaxUint16-1))
+	}
+	return w
+}
+
 // TestDecodeReconfigureRejects: every malformed reconfiguration is refused
 // with an error naming the bad value, never a panic.
 func TestDecodeReconfigureRejects(t *testing.T) {
@@ -58,9 +70,10 @@ func TestDecodeReconfigureRejects(t *testing.T) {
 	}{
 		{"announcement", AnnounceFrame(sched.Piece{Count: 1, Bytes: 4}), "subtype 3"},
 		{"push frame", with(func(f *transport.Frame) { f.Kind = transport.KindPush }), "not a reconfiguration"},
-		{"empty payload", with(func(f *transport.Frame) { f.Payload = nil }), "0 payload bytes, want 24"},
+		{"empty payload", with(func(f *transport.Frame) { f.Payload = nil }), "0 payload bytes, want 88"},
 		{"short payload", with(func(f *transport.Frame) { f.Payload = f.Payload[:23] }), "23 payload bytes"},
-		{"long payload", with(func(f *transport.Frame) { f.Payload = append(f.Payload, 0) }), "25 payload bytes"},
+		{"long payload", with(func(f *transport.Frame) { f.Payload = append(f.Payload, 0) }), "89 payload bytes"},
+		{"weight hole", with(func(f *transport.Frame) { binary.LittleEndian.PutUint16(f.Payload[24+2*2:], 7) }), "server 0 has weight 0"},
 		{"epoch 0", with(func(f *transport.Frame) { f.Epoch = 0 }), "epoch 0"},
 		{"negative partition", with(func(f *transport.Frame) {
 			binary.LittleEndian.PutUint64(f.Payload[0:], uint64(1)<<63)

@@ -8,6 +8,7 @@ package placement
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/autobyte/autobyte/sched"
@@ -45,11 +46,18 @@ type Inputs struct {
 	// (0 = never).
 	ShardBytes int64
 	Servers    int
+	// Weights, if set, are the servers' shares of the bytes (one per
+	// server, any positive scale): a server of twice the weight is given
+	// about twice the bytes. Nil: equal shares.
+	Weights []float64
 }
 
-// Place places every piece, in model order, on the server with the fewest
-// bytes so far, and the shards of a big piece on the least loaded distinct
-// servers (ties to the lower server index).
+// Place places every piece, in model order, on the server that would hold
+// the fewest bytes per unit of weight with it (the fewest bytes, under
+// equal weights), and the shards of a big piece on the distinct servers
+// that would, each counted with one shard's bytes (ties to the lower
+// server index). With weights proportional to the servers' rates, this
+// evens the time each server needs for its bytes.
 func Place(in Inputs) (*Plan, error) {
 	switch {
 	case in.Servers < 1:
@@ -62,6 +70,18 @@ func Place(in Inputs) (*Plan, error) {
 		return nil, fmt.Errorf("placement: partition size must be >= 0, got %d", in.PartitionBytes)
 	case in.ShardBytes < 0:
 		return nil, fmt.Errorf("placement: shard size must be >= 0, got %d", in.ShardBytes)
+	case in.Weights != nil && len(in.Weights) != in.Servers:
+		return nil, fmt.Errorf("placement: %d server weights for %d servers", len(in.Weights), in.Servers)
+	}
+	weight := make([]float64, in.Servers)
+	for i := range weight {
+		weight[i] = 1
+		if in.Weights != nil {
+			weight[i] = in.Weights[i]
+		}
+		if !(weight[i] > 0) || math.IsInf(weight[i], 0) {
+			return nil, fmt.Errorf("placement: server %d's weight is %v: want a finite number > 0", i, weight[i])
+		}
 	}
 	plan := &Plan{Pieces: make([][][]Shard, len(in.TensorBytes)), Load: make([]int64, in.Servers)}
 	byLoad := make([]int, in.Servers)
@@ -85,7 +105,12 @@ func Place(in Inputs) (*Plan, error) {
 			for k := range byLoad {
 				byLoad[k] = k
 			}
-			slices.SortStableFunc(byLoad, func(a, b int) int { return cmp.Compare(plan.Load[a], plan.Load[b]) })
+			// What each server would hold per unit of weight with one
+			// shard more (under equal weights: by load alone, exactly).
+			with := float64(pieceBytes / shards)
+			slices.SortStableFunc(byLoad, func(a, b int) int {
+				return cmp.Compare((float64(plan.Load[a])+with)/weight[a], (float64(plan.Load[b])+with)/weight[b])
+			})
 			var piece []Shard
 			for k := range shards {
 				s := Shard{Server: byLoad[k], Offset: off, Bytes: sched.PieceBytes(pieceBytes, elem, shards, k)}

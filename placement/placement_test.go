@@ -1,7 +1,9 @@
 package placement
 
 import (
+	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -23,6 +25,11 @@ func TestPlanCoversEveryByte(t *testing.T) {
 		}
 		if rng.IntN(2) > 0 {
 			in.ShardBytes = 1 + rng.Int64N(4_000_000)
+		}
+		if rng.IntN(2) > 0 {
+			for range in.Servers {
+				in.Weights = append(in.Weights, 0.05+rng.Float64())
+			}
 		}
 		plan, err := Place(in)
 		if err != nil {
@@ -90,6 +97,57 @@ func TestBalance(t *testing.T) {
 	}
 }
 
+// TestWeightedBalance: with weights, each server's load follows its weight
+// to within one piece, and equal weights place exactly as no weights.
+func TestWeightedBalance(t *testing.T) {
+	var sizes []int64
+	for range 400 {
+		sizes = append(sizes, 4000)
+	}
+	weights := []float64{4, 4, 1, 2}
+	plan, err := Place(Inputs{TensorBytes: sizes, ElemBytes: 4, Servers: 4, Weights: weights})
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := int64(400 * 4000)
+	for m, l := range plan.Load {
+		want := float64(total) * weights[m] / 11
+		if math.Abs(float64(l)-want) > 4000 {
+			t.Errorf("server %d (weight %v) holds %d bytes, want %.0f within one piece (loads %v)", m, weights[m], l, want, plan.Load)
+		}
+	}
+	// Negative control: the same pieces without weights are even, so the
+	// check above can tell weights from none.
+	even, err := Place(Inputs{TensorBytes: sizes, ElemBytes: 4, Servers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if even.Load[2] == plan.Load[2] {
+		t.Fatalf("weight 1 of 11 left server 2's load at the even %d", even.Load[2])
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for trial := 0; trial < 100; trial++ {
+		in := Inputs{ElemBytes: 4, Servers: 1 + rng.IntN(6), PartitionBytes: rng.Int64N(3) * 1_000_000, ShardBytes: rng.Int64N(2) * 700_000}
+		for range 1 + rng.IntN(20) {
+			in.TensorBytes = append(in.TensorBytes, 4*(1+rng.Int64N(1_000_000)))
+		}
+		plain, err := Place(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range in.Servers {
+			in.Weights = append(in.Weights, 2.5)
+		}
+		weighed, err := Place(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(plain, weighed) {
+			t.Fatalf("%+v: equal weights placed otherwise than none", in)
+		}
+	}
+}
+
 func TestPlaceErrors(t *testing.T) {
 	cases := []struct {
 		in   Inputs
@@ -101,6 +159,9 @@ func TestPlaceErrors(t *testing.T) {
 		{Inputs{TensorBytes: []int64{4}, ElemBytes: 4, Servers: 1, ShardBytes: -2}, "got -2"},
 		{Inputs{TensorBytes: []int64{6}, ElemBytes: 4, Servers: 1}, "size 6"},
 		{Inputs{TensorBytes: []int64{0}, ElemBytes: 4, Servers: 1}, "size 0"},
+		{Inputs{TensorBytes: []int64{4}, ElemBytes: 4, Servers: 2, Weights: []float64{1}}, "1 server weights for 2 servers"},
+		{Inputs{TensorBytes: []int64{4}, ElemBytes: 4, Servers: 2, Weights: []float64{1, 0}}, "server 1's weight is 0"},
+		{Inputs{TensorBytes: []int64{4}, ElemBytes: 4, Servers: 1, Weights: []float64{math.NaN()}}, "server 0's weight is NaN"},
 	}
 	for _, c := range cases {
 		if _, err := Place(c.in); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -161,14 +161,30 @@ type Config struct {
 	Plans *Plans
 }
 
-// Plans caches placements by partition size and compression (what the
-// tensors' sizes on the wire depend on) for machines with the same
+// weighs checks that c's server weights fit the job: none for all-reduce,
+// one per server (or none) on parameter servers.
+func (cfg Config) weighs(c sched.Config) error {
+	n := c.ServerWeights.Len()
+	switch {
+	case n == 0:
+		return nil
+	case cfg.Arch != PS:
+		return fmt.Errorf("server weights %v in an all-reduce job (it has no servers)", c.ServerWeights)
+	case n != cfg.Servers:
+		return fmt.Errorf("server weights %v weigh %d servers, the job has %d", c.ServerWeights, n, cfg.Servers)
+	}
+	return nil
+}
+
+// Plans caches placements by partition size, compression (what the
+// tensors' sizes on the wire depend on) and server weights for machines with the same
 // tensors, servers and shard bound. It is not safe for concurrent use.
 type Plans struct{ byCut map[planKey]*placement.Plan }
 
 type planKey struct {
 	partition   int64
 	compression dtype.DType
+	weights     sched.ServerWeights
 }
 
 // NewPlans returns an empty cache.
@@ -318,6 +334,9 @@ func New(cfg Config) (*Worker, error) {
 	if err := cfg.Sched.Validate(); err != nil {
 		return nil, err
 	}
+	if err := cfg.weighs(cfg.Sched); err != nil {
+		return nil, fmt.Errorf("proto: rank %d: initial configuration: %w", cfg.Rank, err)
+	}
 	w := &Worker{cfg: cfg, epochs: []Epoch{{Config: cfg.Sched}}, plans: cfg.Plans,
 		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}, fusedPosted: map[fusedKey][]bool{}}
 	for i, t := range cfg.Tensors {
@@ -460,6 +479,9 @@ func (w *Worker) Reconfigure(cfg sched.Config, from int) (Epoch, error) {
 	if from < 0 {
 		return Epoch{}, fmt.Errorf("proto: worker 0: configuration change from iteration %d: iterations start at 0", from)
 	}
+	if err := w.cfg.weighs(cfg); err != nil {
+		return Epoch{}, fmt.Errorf("proto: worker 0: configuration change from iteration %d: %w", from, err)
+	}
 	if err := w.leader.Reconfigure(cfg, from); err != nil {
 		return Epoch{}, fmt.Errorf("proto: worker 0: %w", err)
 	}
@@ -484,6 +506,9 @@ func (w *Worker) EpochAnnounced(e Epoch) error {
 	}
 	if e.Number != len(w.epochs) {
 		return fmt.Errorf("proto: worker %d: rank 0 announced configuration epoch %d (from iteration %d), but the next epoch here is %d", w.cfg.Rank, e.Number, e.From, len(w.epochs))
+	}
+	if err := w.cfg.weighs(e.Config); err != nil {
+		return fmt.Errorf("proto: worker %d: configuration epoch %d from iteration %d: %w", w.cfg.Rank, e.Number, e.From, err)
 	}
 	if _, err := w.follower.Follow(e.Config, e.From); err != nil {
 		return fmt.Errorf("proto: worker %d: configuration epoch %d from iteration %d: %w", w.cfg.Rank, e.Number, e.From, err)
@@ -588,11 +613,18 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 		return nil, fmt.Errorf("proto: worker %d: piece of configuration epoch %d, but epochs here are 0..%d", w.cfg.Rank, epoch, len(w.epochs)-1)
 	}
 	cfg := w.epochs[epoch].Config
-	key := planKey{cfg.PartitionBytes, cfg.Compression}
+	key := planKey{cfg.PartitionBytes, cfg.Compression, cfg.ServerWeights}
 	if pl, ok := w.plans.byCut[key]; ok {
 		return pl, nil
 	}
 	in := placement.Inputs{PartitionBytes: cfg.PartitionBytes, ShardBytes: w.cfg.ShardBytes, Servers: w.cfg.Servers}
+	if cfg.ServerWeights.Weighted() {
+		shares, err := cfg.ServerWeights.Shares(w.cfg.Servers) // weighs() checked the count
+		if err != nil {
+			return nil, fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
+		}
+		in.Weights = shares
+	}
 	for i, u := range w.units {
 		bytes, elem, _ := u.task(i, 0).Cut(cfg)
 		in.TensorBytes = append(in.TensorBytes, bytes)

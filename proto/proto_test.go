@@ -193,6 +193,38 @@ func TestShardCountdown(t *testing.T) {
 	}
 }
 
+// TestServerWeightsMoveBytes: a configuration change to weights moves the
+// bytes of the iterations it applies to, and only those: iteration 0 is
+// placed evenly, iteration 1 (the new epoch) by the weights.
+func TestServerWeightsMoveBytes(t *testing.T) {
+	var tensors []Tensor
+	for l := range 40 {
+		tensors = append(tensors, Tensor{Layer: l, Bytes: 4000})
+	}
+	w := newWorker(t, Config{Workers: 1, Arch: PS, Servers: 2, Tensors: tensors, Sched: sched.Config{Order: sched.OrderPriority}})
+	if _, err := w.Reconfigure(sched.Config{Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{3, 1}}, 1); err != nil {
+		t.Fatal(err)
+	}
+	for k := range 2 {
+		load := make([]int64, 2)
+		for i := len(tensors) - 1; i >= 0; i-- {
+			must(t, w.Post(i, k))
+			r := w.Ready()
+			for _, m := range pushes(r) {
+				load[m.Server] += m.Bytes
+			}
+			answerAll(t, w, r)
+		}
+		want := []int64{80_000, 80_000}
+		if k == 1 {
+			want = []int64{120_000, 40_000}
+		}
+		if load[0] != want[0] || load[1] != want[1] {
+			t.Errorf("iteration %d: servers got %v bytes, want %v", k, load, want)
+		}
+	}
+}
+
 // TestPriorityKey: fifo travels in production order, the others by
 // (layer, tensor, piece).
 func TestPriorityKey(t *testing.T) {
@@ -422,6 +454,8 @@ func TestBadInput(t *testing.T) {
 		{"arch", func(c *Config) { c.Arch = 7 }, []string{"architecture 7"}},
 		{"shard", func(c *Config) { c.ShardBytes = -1 }, []string{"shard", "-1"}},
 		{"credit", func(c *Config) { c.Sched.CreditBytes = -4 }, []string{"credit", "-4"}},
+		{"weights", func(c *Config) { c.Sched.ServerWeights = sched.ServerWeights{1, 2} }, []string{"1:2", "weigh 2 servers, the job has 1"}},
+		{"ring weights", func(c *Config) { c.Arch, c.Servers, c.Sched.ServerWeights = AllReduce, 0, sched.ServerWeights{1, 2} }, []string{"all-reduce"}},
 	} {
 		cfg := good
 		c.change(&cfg)
@@ -442,6 +476,8 @@ func TestBadInput(t *testing.T) {
 		{"tensor out of range", leader.Post(9, 0), "tensor 9"},
 		{"negative iteration", leader.Post(0, -1), "iteration -1"},
 		{"follower reconfigures", second(follower.Reconfigure(prio, 3)), "only rank 0"},
+		{"leader weighs 3 of 1 servers", second(leader.Reconfigure(sched.Config{Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{1, 1, 2}}, 3)), "weigh 3 servers, the job has 1"},
+		{"follower told 2 weights", follower.EpochAnnounced(Epoch{Number: 1, From: 5, Config: sched.Config{ServerWeights: sched.ServerWeights{3, 1}}}), "the job has 1"},
 		{"leader announced to", leader.Announced(sched.Piece{}), "leader"},
 		{"epoch skipped", follower.EpochAnnounced(Epoch{Number: 2, From: 5}), "epoch 2"},
 		{"unknown epoch", follower.Announced(sched.Piece{Epoch: 3, Count: 1}), "epoch 3"},

@@ -89,6 +89,10 @@ type Config struct {
 	// (float32 gradients): dtype.F32 sends them as they are, a 16-bit
 	// type in half the bytes.
 	Compression dtype.DType
+	// ServerWeights are the shares of the bytes each parameter server is
+	// given (the zero value: by bytes alone); placement uses them, the
+	// core only carries them through epochs.
+	ServerWeights ServerWeights `json:",omitzero"`
 }
 
 // Validate reports the first invalid field of c.
@@ -107,6 +111,9 @@ func (c Config) Validate() error {
 	}
 	if !c.Compression.Valid() {
 		return fmt.Errorf("sched: unknown compression %v", c.Compression)
+	}
+	if err := c.ServerWeights.Validate(); err != nil {
+		return err
 	}
 	return nil
 }
