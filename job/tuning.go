@@ -70,13 +70,15 @@ type StatsCollector struct {
 }
 
 // NewStatsCollector returns a collector for a worker of a job of arch with
-// workers workers.
-func NewStatsCollector(arch worker.Arch, workers int, next worker.Observer, onStats func(Measurement)) *StatsCollector {
+// workers workers and servers parameter servers.
+func NewStatsCollector(arch worker.Arch, workers, servers int, next worker.Observer, onStats func(Measurement)) *StatsCollector {
 	share := 1.0
 	if arch == worker.AllReduce {
-		share = stats.RingShare(workers)
+		share, servers = stats.RingShare(workers), 0
 	}
-	return &StatsCollector{Next: next, OnStats: onStats, now: time.Now, c: stats.NewCollector(share)}
+	c := stats.NewCollector(share)
+	c.Servers = servers
+	return &StatsCollector{Next: next, OnStats: onStats, now: time.Now, c: c}
 }
 
 // sec is t in seconds since the first time the collector saw; mu is held.
@@ -108,6 +110,20 @@ func (c *StatsCollector) PieceDone(p sched.Piece, started, done time.Time, infli
 	if c.Next != nil {
 		c.Next.PieceDone(p, started, done, inflight)
 	}
+}
+
+// ShardPushed implements worker.ShardObserver.
+func (c *StatsCollector) ShardPushed(server, iteration int, bytes int64, at time.Time) {
+	c.mu.Lock()
+	c.c.ShardPushed(iteration, server, bytes, c.sec(at))
+	c.mu.Unlock()
+}
+
+// ShardAnswered implements worker.ShardObserver.
+func (c *StatsCollector) ShardAnswered(server, iteration int, at time.Time) {
+	c.mu.Lock()
+	c.c.ShardAnswered(iteration, server, c.sec(at))
+	c.mu.Unlock()
 }
 
 // Compute implements worker.Observer.

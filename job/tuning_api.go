@@ -33,7 +33,7 @@ type Tuning struct {
 // every observer call too.
 func NewTuning(spec Spec, o TuningOptions, next worker.Observer) *Tuning {
 	t := &Tuning{loop: newTuneLoop(o, spec), fwIter: -1, now: time.Now}
-	t.collector = NewStatsCollector(spec.Arch, spec.Workers, next, t.loop.observe)
+	t.collector = NewStatsCollector(spec.Arch, spec.Workers, spec.Servers, next, t.loop.observe)
 	return t
 }
 

@@ -50,7 +50,7 @@ func TestStatsCollector(t *testing.T) {
 	ms := func(x float64) time.Time { return t0.Add(time.Duration(x * float64(time.Millisecond))) }
 	var got []Measurement
 	rec := &recorder{}
-	c := NewStatsCollector(worker.PS, 2, rec, func(m Measurement) { got = append(got, m) })
+	c := NewStatsCollector(worker.PS, 2, 1, rec, func(m Measurement) { got = append(got, m) })
 	var now time.Time
 	c.now = func() time.Time { return now }
 	piece := func(it, idx int, bytes int64) sched.Piece {
@@ -123,7 +123,7 @@ func TestStatsCollector(t *testing.T) {
 // TestStatsCollectorRing: a ring worker sends 2(N-1)/N of each piece.
 func TestStatsCollectorRing(t *testing.T) {
 	var got []Measurement
-	c := NewStatsCollector(worker.AllReduce, 4, nil, func(m Measurement) { got = append(got, m) })
+	c := NewStatsCollector(worker.AllReduce, 4, 0, nil, func(m Measurement) { got = append(got, m) })
 	t0 := time.Unix(0, 0)
 	c.now = func() time.Time { return t0.Add(2 * time.Second) }
 	c.Compute("BW l", 0, t0, t0.Add(time.Second))

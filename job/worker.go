@@ -46,7 +46,7 @@ func RunWorker(ctx context.Context, spec Spec, o WorkerOptions, n Net) (sum *Sum
 	var loop *tuneLoop
 	if o.Rank == 0 && (o.Tuning.Tuner != nil || o.Tuning.Collect) {
 		loop = newTuneLoop(o.Tuning, spec)
-		obs = NewStatsCollector(spec.Arch, spec.Workers, o.Observer, loop.observe)
+		obs = NewStatsCollector(spec.Arch, spec.Workers, spec.Servers, o.Observer, loop.observe)
 	}
 	w, err := ConnectWith(ctx, spec, o.Rank, n, ConnectOptions{Observer: obs, Decisions: o.Decisions})
 	if err != nil {

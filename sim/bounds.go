@@ -33,11 +33,20 @@ type Bounds struct {
 	MaxS float64 `json:"max_s"`
 }
 
-// LowerBounds computes the bounds for o (which must be valid).
+// LowerBounds computes the bounds for o (which must be valid) with every
+// link at o.BandwidthBps.
 func LowerBounds(o Options) Bounds {
+	return lowerBounds(o, o.BandwidthBps, float64(o.Servers)*o.BandwidthBps)
+}
+
+// lowerBounds are the bounds with the slowest worker link at bw and the
+// servers' links adding up to servers (bytes/s; parameter servers only).
+// Every worker sends all its bytes, so the slowest one's link bounds the
+// worker terms and the fluid rate; every push crosses some server's link,
+// so their sum bounds the server term, whatever the placement.
+func lowerBounds(o Options, bw, servers float64) Bounds {
 	p := o.Profile
 	n := float64(o.Workers)
-	bw := o.BandwidthBps
 	var b Bounds
 	var bytes []float64
 	for _, l := range p.Layers {
@@ -61,7 +70,7 @@ func LowerBounds(o Options) Bounds {
 	case PS:
 		rate, syncLat = bw, 2*o.LatencyS
 		b.WorkerLinkS = total / bw
-		b.ServerLinkS = n * total / (float64(o.Servers) * bw)
+		b.ServerLinkS = n * total / servers
 	case AllReduce:
 		if o.Workers == 1 {
 			rate, syncLat = math.Inf(1), 0

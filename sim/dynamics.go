@@ -107,6 +107,20 @@ func (o *Options) validateDynamics() error {
 			return fmt.Errorf("sim: straggler rank %d: slowdown must be a finite factor >= 1, got %v", r, f)
 		}
 	}
+	for _, hosts := range []struct {
+		role  string
+		n     int
+		trace map[int][]Step
+	}{{"worker", o.Workers, o.WorkerLinkTraces}, {"server", o.Servers, o.ServerLinkTraces}} {
+		for _, r := range slices.Sorted(maps.Keys(hosts.trace)) {
+			if r < 0 || r >= hosts.n {
+				return fmt.Errorf("sim: link trace of %s%d: no such %s (the job has %d)", hosts.role, r, hosts.role, hosts.n)
+			}
+			if err := validateSteps(fmt.Sprintf("link trace of %s%d", hosts.role, r), hosts.trace[r]); err != nil {
+				return err
+			}
+		}
+	}
 	ranks = slices.Sorted(maps.Keys(o.StragglerTraces))
 	for _, r := range ranks {
 		if r < 0 || r >= o.Workers {
@@ -142,6 +156,51 @@ func stepAt(steps []Step, k int, def float64) float64 {
 // BandwidthAt is the link bandwidth (bytes/s) in force for the messages of
 // iteration k's gradients.
 func (o *Options) BandwidthAt(k int) float64 { return stepAt(o.BandwidthTrace, k, o.BandwidthBps) }
+
+// hostRateAt is host h's link rate (bytes/s) for iteration k's messages:
+// its link trace's step in force, else BandwidthAt(k). Hosts are the
+// simulator's: workers 0..Workers-1, then the servers.
+func (o *Options) hostRateAt(h, k int) float64 {
+	def := o.BandwidthAt(k)
+	if h < o.Workers {
+		return stepAt(o.WorkerLinkTraces[h], k, def)
+	}
+	return stepAt(o.ServerLinkTraces[h-o.Workers], k, def)
+}
+
+// WorkerRateAt and ServerRateAt are one worker's or server's link rate
+// (bytes/s) for iteration k's messages.
+func (o *Options) WorkerRateAt(rank, k int) float64 { return o.hostRateAt(rank, k) }
+func (o *Options) ServerRateAt(rank, k int) float64 { return o.hostRateAt(o.Workers+rank, k) }
+
+// slowestWorkerAt is the smallest worker link rate at iteration k: a ring
+// runs at it.
+func (o *Options) slowestWorkerAt(k int) float64 {
+	if len(o.WorkerLinkTraces) == 0 {
+		return o.BandwidthAt(k)
+	}
+	r := math.Inf(1)
+	for w := range o.Workers {
+		r = min(r, o.hostRateAt(w, k))
+	}
+	return r
+}
+
+// serverRatesAt is the sum of the servers' link rates at iteration k (0
+// for all-reduce).
+func (o *Options) serverRatesAt(k int) float64 {
+	if o.Arch != PS {
+		return 0
+	}
+	if len(o.ServerLinkTraces) == 0 {
+		return float64(o.Servers) * o.BandwidthAt(k)
+	}
+	var sum float64
+	for s := range o.Servers {
+		sum += o.ServerRateAt(s, k)
+	}
+	return sum
+}
 
 // ComputeScaleAt is the multiplier of compute times of iteration k's
 // forward and backward passes (2 = half as fast; 1 without a trace).
@@ -186,19 +245,27 @@ func (o *Options) minSlowdownAt(k int) float64 {
 // steady state of a run held at these conditions. Without traces or
 // stragglers it equals LowerBounds(o) for every k. o must be valid.
 func LowerBoundsAt(o Options, k int) Bounds {
-	return conditionBounds(o, o.BandwidthAt(k), o.ComputeScaleAt(k)*o.minSlowdownAt(k), o.ComputeScaleAt(k+1)*o.minSlowdownAt(k+1))
+	return conditionBounds(o, o.conditionsAt(k))
 }
 
 // initialBounds are the bounds under the conditions of iteration 0.
 func initialBounds(o Options) Bounds {
-	c := o.ComputeScaleAt(0) * o.minSlowdownAt(0)
-	return conditionBounds(o, o.BandwidthAt(0), c, c)
+	c := o.conditionsAt(0)
+	c.fwd = c.bwd
+	return conditionBounds(o, c)
 }
 
-// conditionBounds are the bounds of o at bandwidth bw with backward and
-// forward compute times multiplied by bwdScale and fwdScale.
-func conditionBounds(o Options, bw, bwdScale, fwdScale float64) Bounds {
-	o.BandwidthBps = bw
+// conditionsAt are the conditions of iteration k's bounds.
+func (o *Options) conditionsAt(k int) conditions {
+	return conditions{bw: o.slowestWorkerAt(k), servers: o.serverRatesAt(k),
+		bwd: o.ComputeScaleAt(k) * o.minSlowdownAt(k), fwd: o.ComputeScaleAt(k+1) * o.minSlowdownAt(k+1)}
+}
+
+// conditionBounds are the bounds of o under c: the slowest worker's link
+// at c.bw, the servers' links adding up to c.servers, backward and
+// forward compute times multiplied by c.bwd and c.fwd.
+func conditionBounds(o Options, c conditions) Bounds {
+	bwdScale, fwdScale := c.bwd, c.fwd
 	if bwdScale != 1 || fwdScale != 1 {
 		p := o.Profile.Clone()
 		for i := range p.Layers {
@@ -207,21 +274,21 @@ func conditionBounds(o Options, bw, bwdScale, fwdScale float64) Bounds {
 		}
 		o.Profile = p
 	}
-	return LowerBounds(o)
+	return lowerBounds(o, c.bw, c.servers)
 }
 
 // conditions identify the bounds of one iteration, to compute each once.
-type conditions struct{ bw, bwd, fwd float64 }
+type conditions struct{ bw, servers, bwd, fwd float64 }
 
 // boundsPerIteration returns LowerBoundsAt(o, k) for every iteration.
 func boundsPerIteration(o Options) []Bounds {
 	cache := map[conditions]Bounds{}
 	out := make([]Bounds, o.Iterations)
 	for k := range out {
-		c := conditions{o.BandwidthAt(k), o.ComputeScaleAt(k) * o.minSlowdownAt(k), o.ComputeScaleAt(k+1) * o.minSlowdownAt(k+1)}
+		c := o.conditionsAt(k)
 		b, ok := cache[c]
 		if !ok {
-			b = conditionBounds(o, c.bw, c.bwd, c.fwd)
+			b = conditionBounds(o, c)
 			cache[c] = b
 		}
 		out[k] = b

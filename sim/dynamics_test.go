@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -96,6 +97,9 @@ func TestDynamicsValidation(t *testing.T) {
 		{"straggler negative rank", func(o *Options) { o.Stragglers = map[int]float64{-1: 2} }, []string{"straggler rank -1"}},
 		{"straggler speedup", func(o *Options) { o.Stragglers = map[int]float64{1: 0.5} }, []string{"straggler rank 1", "0.5"}},
 		{"straggler NaN", func(o *Options) { o.Stragglers = map[int]float64{1: nan} }, []string{"straggler rank 1", "NaN"}},
+		{"link trace of a missing server", func(o *Options) { o.ServerLinkTraces = map[int][]Step{1: {{0, 1e6}}} }, []string{"link trace of server1", "the job has 1"}},
+		{"link trace of a negative worker", func(o *Options) { o.WorkerLinkTraces = map[int][]Step{-1: {{0, 1e6}}} }, []string{"link trace of worker-1"}},
+		{"link trace zero", func(o *Options) { o.ServerLinkTraces = map[int][]Step{0: {{0, 1e6}, {4, 0}}} }, []string{"link trace of server0 step 1", "iteration 4", "got 0"}},
 		{"straggler trace rank", func(o *Options) { o.StragglerTraces = map[int][]Step{5: {{2, 2}}} }, []string{"straggler trace of rank 5", "0..1"}},
 		{"straggler trace speedup", func(o *Options) { o.StragglerTraces = map[int][]Step{1: {{2, 2}, {4, 0.5}}} }, []string{"straggler trace of rank 1 step 1", "iteration 4", "0.5"}},
 		{"straggler trace unsorted", func(o *Options) { o.StragglerTraces = map[int][]Step{0: {{4, 2}, {2, 1}}} }, []string{"straggler trace of rank 0 step 1", "iteration 2"}},
@@ -177,6 +181,40 @@ func TestBandwidthDrop(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestSlowServerLink slows one server's link for the middle of a run: the
+// slow phase is slower, every iteration stays above its own bounds, bytes
+// are conserved, and weights that give the slow server its share of the
+// bytes recover most of the loss (negative control: weights the other way
+// round make it worse).
+func TestSlowServerLink(t *testing.T) {
+	o := job(profile(t, "vgg16"), PS, 8, 4, gbps10)
+	o.Sched, o.Iterations = bsPS, 24
+	o.ServerLinkTraces = map[int][]Step{1: {{8, gbps10 / 8}, {16, gbps10}}}
+	r := run(t, o)
+	checkIterationBounds(t, o, r)
+	checkPSBytes(t, o, r)
+	fast, slow := mean(r.IterationTimesS[2:7]), mean(r.IterationTimesS[10:15])
+	if !(slow > 1.5*fast) {
+		t.Fatalf("server 1 at 1/8: %.4g s per iteration, %.4g s before: want the slow link to show", slow, fast)
+	}
+	if b := r.LowerBoundsAt[10]; !(b.ServerLinkS > r.LowerBoundsAt[2].ServerLinkS) {
+		t.Errorf("server bound %.4g s in the slow phase, %.4g s before", b.ServerLinkS, r.LowerBoundsAt[2].ServerLinkS)
+	}
+	weighed := func(w sched.ServerWeights) float64 {
+		o := o
+		o.Sched.ServerWeights = w
+		o.ServerLinkTraces = map[int][]Step{1: {{0, gbps10 / 8}}}
+		o.Iterations = 8
+		return run(t, o).IterationTimeS
+	}
+	uniform := weighed(sched.ServerWeights{})
+	follow := weighed(sched.ServerWeights{8, 1, 8, 8})
+	wrong := weighed(sched.ServerWeights{1, 8, 1, 1})
+	if !(follow < 0.75*uniform) || !(wrong > uniform) {
+		t.Errorf("server 1 at 1/8: %.4g s per iteration uniform, %.4g s weighed 8:1:8:8, %.4g s weighed 1:8:1:1: want weights that follow the link to pay and the opposite to cost", uniform, follow, wrong)
 	}
 }
 
@@ -716,7 +754,7 @@ func TestDynamicsDeterministic(t *testing.T) {
 		}
 		a, b := run(t, mk()), run(t, mk())
 		if !slices.Equal(a.IterationTimesS, b.IterationTimesS) || a.Events != b.Events || !slices.Equal(a.Configs, b.Configs) ||
-			!slices.Equal(a.Stats, b.Stats) {
+			!reflect.DeepEqual(a.Stats, b.Stats) {
 			t.Errorf("%v: equal options, different runs: %v vs %v", tp, a.IterationTimesS, b.IterationTimesS)
 		}
 	}

@@ -347,6 +347,21 @@ func randomJob(r *rand.Rand) Options {
 	} else {
 		o.Servers = 1 + r.IntN(9)
 		o.ShardBytes = pick(0, 1, 3, 1000, 1_000_003)
+		if r.IntN(3) == 0 {
+			shares := make([]float64, o.Servers)
+			for i := range shares {
+				shares[i] = 0.1 + r.Float64()
+			}
+			o.Sched.ServerWeights, _ = sched.Weigh(shares) // 1..9 positive shares
+		}
+	}
+	// Links of their own from iteration 0 on (so the bounds of iteration
+	// 0's conditions hold for the steady state too).
+	if r.IntN(3) == 0 {
+		o.WorkerLinkTraces = map[int][]Step{r.IntN(o.Workers): {{0, o.BandwidthBps * (0.1 + r.Float64())}}}
+	}
+	if o.Servers > 0 && r.IntN(2) == 0 {
+		o.ServerLinkTraces = map[int][]Step{r.IntN(o.Servers): {{0, o.BandwidthBps * (0.1 + 2*r.Float64())}}}
 	}
 	return o
 }

@@ -14,12 +14,14 @@
 // message leaves its sender's egress one at a time, the one of smallest
 // priority first (the runtime's senders pick the most urgent frame), and is
 // cut through the switch into the receiver's ingress, which serves arriving
-// messages in arrival order: it occupies the ingress for at least
-// bytes/bandwidth and cannot finish before its last byte left the sender
-// plus the latency. A ring all-reduce of a piece occupies every worker's
+// messages in arrival order: it occupies the sender's egress for
+// bytes/(the sender's rate) and the ingress for at least bytes/(the
+// receiver's rate), and cannot finish before its last byte left the sender
+// plus the latency (the switch buffers what a fast sender sends a slow
+// receiver, as the receiver's connection buffers do). A ring all-reduce of a piece occupies every worker's
 // links symmetrically, so the ring is modelled as one shared pipeline that
 // a piece enters once every rank started it: 2(N-1)/N of the piece crosses
-// each link at the slowest worker's bandwidth, and the piece completes
+// each link at the slowest worker's rate, and the piece completes
 // 2(N-1) latencies after its last byte entered the ring.
 //
 // Per-message cost. With Options.MessageCostS = c > 0 every message also
@@ -111,6 +113,13 @@ type Options struct {
 	// iteration k by the last step at or before k (1 before the first
 	// step; 2 = half as fast, like the CLI's --compute-scale).
 	ComputeTrace []Step
+	// WorkerLinkTraces and ServerLinkTraces set one host's link rate
+	// (bytes/s, both directions) from given iterations on, in place of
+	// BandwidthAt for that host: a server whose host shares its NIC with
+	// another job from iteration 150 to 300 is {{150, slow}, {300, fast}}.
+	// Before a host's first step its rate is BandwidthAt. Keys are ranks.
+	WorkerLinkTraces map[int][]Step
+	ServerLinkTraces map[int][]Step
 	// Stragglers slows worker rank's compute by a factor >= 1.
 	Stragglers map[int]float64
 	// StragglerTraces slow worker rank's compute of iteration k by the last
@@ -342,6 +351,7 @@ func newSimulation(o Options) (*simulation, error) {
 		share = stats.RingShare(o.Workers)
 	}
 	s.measure = stats.NewCollector(share)
+	s.measure.Servers = o.Servers
 	var tensors []proto.Tensor
 	elem := int64(p.BytesPerParam) // the machines cut by each epoch's compression
 	for l, layer := range p.Layers {
@@ -442,6 +452,9 @@ func (s *simulation) drain(w *worker) {
 			s.ctl = append(s.ctl, m)
 			s.q.push(s.now+s.o.LatencyS, evAnnounce, int32(len(s.ctl)-1))
 		case proto.Push:
+			if w.rank == 0 {
+				s.measure.ShardPushed(m.Piece.Iteration, m.Server, m.Bytes, s.now)
+			}
 			s.send(message{src: int32(w.rank), dst: int32(s.o.Workers + m.Server), worker: int32(w.rank), push: true,
 				bytes: m.Bytes, piece: m.Piece, shard: int32(m.Shard), prio: m.Priority})
 		case proto.RingStart:
@@ -608,12 +621,12 @@ func (s *simulation) sendNext(src int32) {
 	id := h.queue.pop().id
 	m := &s.msgs[id]
 	d := &s.hosts[m.dst]
-	bw := s.o.BandwidthAt(m.piece.Iteration)
+	k := m.piece.Iteration
 	start := s.now + s.o.MessageCostS // the first byte leaves (s.now when 0)
-	egressEnd := start + float64(m.bytes)/bw
+	egressEnd := start + float64(m.bytes)/s.o.hostRateAt(int(m.src), k)
 	lat := h.lat + d.lat
 	inStart := max(start+lat, d.ingressFree)
-	inEnd := max(inStart+float64(m.bytes)/bw, egressEnd+lat)
+	inEnd := max(inStart+float64(m.bytes)/s.o.hostRateAt(int(m.dst), k), egressEnd+lat)
 	d.ingressFree = inEnd
 	h.egressBytes += m.bytes
 	d.ingressByte += m.bytes
@@ -653,6 +666,9 @@ func (s *simulation) deliver(id int32) {
 		return
 	}
 	w := s.workers[m.worker]
+	if w.rank == 0 {
+		s.measure.ShardAnswered(p.Iteration, int(m.src)-s.o.Workers, s.now)
+	}
 	s.check(w.m.Answered(p.PieceID))
 	s.drain(w)
 }
@@ -697,7 +713,7 @@ func (s *simulation) ringNext() {
 	// Each of the piece's 2(N-1) ring steps is one message per worker, each
 	// charged MessageCostS on its sender, all workers at once: the ring is
 	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
-	occupy := share/s.o.BandwidthAt(p.Iteration) + 2*(n-1)*s.o.MessageCostS
+	occupy := share/s.o.slowestWorkerAt(p.Iteration) + 2*(n-1)*s.o.MessageCostS
 	done := s.now + occupy + 2*(n-1)*s.o.LatencyS
 	var slot int32
 	if k := len(s.ringFree); k > 0 {

@@ -18,7 +18,14 @@ package stats
 //   - Overlap: compute time with a piece in flight over time with a piece
 //     in flight, within the span;
 //   - InFlightBytes: the bytes in flight, time-weighted over the span;
-//   - CommS: the time with at least one piece in flight within the span.
+//   - CommS: the time with at least one piece in flight within the span;
+//   - per parameter server, of k's shards this worker pushed to it:
+//     ServerBytes, ServerBusyS (the time it had at least one of them
+//     unanswered: from handing a push to the server's connection to its
+//     answer), ServerGoodputBps = ServerBytes / ServerBusyS, and
+//     ServerResponseS (the mean time from push to answer: the server's
+//     queueing and its link's). A server that sets the job's pace shows
+//     the lowest goodput; these are what load-aware placement follows.
 //
 // A Collector is not safe for concurrent use.
 type Collector struct {
@@ -40,6 +47,9 @@ type Collector struct {
 	area0     float64
 	overlap   float64 // this span's compute time with pieces in flight
 	iters     map[int]*iterSums
+	// Servers is the number of parameter servers (0: all-reduce); the
+	// per-server measurements have one entry each.
+	Servers int
 }
 
 type interval struct{ from, to float64 }
@@ -49,6 +59,21 @@ type iterSums struct {
 	sent     float64
 	queue    float64
 	pieces   int
+	servers  []serverSums
+}
+
+// serverSums are one server's shards of one iteration.
+type serverSums struct {
+	bytes float64
+	// open counts the shards pushed and not answered, since openedAt.
+	open     int
+	openedAt float64
+	busy     float64
+	// pushedAt and answeredAt sum the push and answer times: their
+	// difference over the count is the mean response time, whatever
+	// order the answers come in.
+	pushedAt, answeredAt float64
+	shards, answers      int
 }
 
 // RingShare is the fraction of a piece's bytes each of a ring's workers
@@ -68,6 +93,8 @@ type Iteration struct {
 	Overlap, InFlightBytes float64
 	CommS                  float64
 	Pieces                 int
+	// Per parameter server (nil for all-reduce).
+	ServerBytes, ServerBusyS, ServerGoodputBps, ServerResponseS []float64
 }
 
 // NewCollector returns a collector for a worker that sends ringShare of
@@ -133,6 +160,48 @@ func (c *Collector) PieceStarted(iteration int, bytes int64, posted, started flo
 	c.setInflight(started, inflight)
 }
 
+// server is iteration k's sums of server srv, grown on demand.
+func (c *Collector) server(k, srv int) *serverSums {
+	m := c.iter(k)
+	if n := max(srv+1, c.Servers); len(m.servers) < n {
+		m.servers = append(m.servers, make([]serverSums, n-len(m.servers))...)
+	}
+	return &m.servers[srv]
+}
+
+// ShardPushed: a shard of bytes bytes of a piece of iteration was handed
+// to server's connection at t.
+func (c *Collector) ShardPushed(iteration, server int, bytes int64, t float64) {
+	if server < 0 {
+		return
+	}
+	m := c.server(iteration, server)
+	if m.open == 0 {
+		m.openedAt = t
+	}
+	m.open++
+	m.bytes += float64(bytes)
+	m.pushedAt += t
+	m.shards++
+}
+
+// ShardAnswered: server's answer to one of iteration's shards arrived at t.
+func (c *Collector) ShardAnswered(iteration, server int, t float64) {
+	if server < 0 {
+		return
+	}
+	m := c.server(iteration, server)
+	if m.open == 0 {
+		return // an answer to nothing pushed: not ours to measure
+	}
+	m.open--
+	if m.open == 0 {
+		m.busy += t - m.openedAt
+	}
+	m.answeredAt += t
+	m.answers++
+}
+
 // PieceDone: a piece finished at done, leaving inflight bytes in flight.
 func (c *Collector) PieceDone(done float64, inflight int64) { c.setInflight(done, inflight) }
 
@@ -184,6 +253,23 @@ func (c *Collector) IterationEnded(k int, d, now float64) Iteration {
 	}
 	if m.pieces > 0 {
 		out.QueueDelayS = m.queue / float64(m.pieces)
+	}
+	if n := max(c.Servers, len(m.servers)); n > 0 {
+		out.ServerBytes, out.ServerBusyS = make([]float64, n), make([]float64, n)
+		out.ServerGoodputBps, out.ServerResponseS = make([]float64, n), make([]float64, n)
+		for i, sv := range m.servers {
+			busy := sv.busy
+			if sv.open > 0 { // still unanswered at the span's end
+				busy += now - sv.openedAt
+			}
+			out.ServerBytes[i], out.ServerBusyS[i] = sv.bytes, busy
+			if busy > 0 {
+				out.ServerGoodputBps[i] = sv.bytes / busy
+			}
+			if sv.answers > 0 && sv.answers == sv.shards {
+				out.ServerResponseS[i] = (sv.answeredAt - sv.pushedAt) / float64(sv.answers)
+			}
+		}
 	}
 	active, area := c.integrals(now)
 	if c.spanOn {

@@ -2,6 +2,7 @@ package stats
 
 import (
 	"math"
+	"reflect"
 	"slices"
 	"testing"
 )
@@ -66,7 +67,49 @@ func TestCollectorByHand(t *testing.T) {
 	got := c.IterationEnded(0, 5, 5)
 	want := Iteration{Iteration: 0, IterationS: 5, ForwardS: 2, BackwardS: 1, SentBytes: 50, GoodputBps: 10,
 		QueueDelayS: 0.5, Overlap: 0.4, InFlightBytes: 50, CommS: 2.5, Pieces: 1}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Errorf("measured %+v\nwant     %+v", got, want)
+	}
+}
+
+// TestCollectorPerServer: each server's busy time is the union of the
+// intervals it had a shard unanswered, its goodput its bytes over that
+// time, its response time the mean push-to-answer whichever shard each
+// answer is for, and shards of another iteration stay out.
+func TestCollectorPerServer(t *testing.T) {
+	c := NewCollector(1)
+	c.Servers = 3
+	c.Compute(false, 0, 0, 1) // backward 0 opens the span
+	// Server 0: two overlapping shards [1,3] and [2,4] -> busy 3 s, 200 B.
+	c.ShardPushed(0, 0, 100, 1)
+	c.ShardPushed(0, 0, 100, 2)
+	c.ShardAnswered(0, 0, 3) // the collector cannot tell which shard
+	c.ShardAnswered(0, 0, 4) // each answer is for, nor needs to
+	// Server 1: two disjoint shards [1,2] and [5,7] -> busy 3 s, 600 B.
+	c.ShardPushed(0, 1, 300, 1)
+	c.ShardAnswered(0, 1, 2)
+	c.ShardPushed(0, 1, 300, 5)
+	c.ShardAnswered(0, 1, 7)
+	// Iteration 1's shard on server 0 and an unmatched answer count for
+	// nothing here.
+	c.ShardPushed(1, 0, 999, 6)
+	c.ShardAnswered(0, 2, 6)
+	c.Compute(true, 1, 7, 8)
+	m := c.IterationEnded(0, 8, 8)
+	want := struct{ bytes, busy, goodput, resp []float64 }{
+		[]float64{200, 600, 0}, []float64{3, 3, 0}, []float64{200.0 / 3, 200, 0}, []float64{2, 1.5, 0}}
+	for i := range 3 {
+		if m.ServerBytes[i] != want.bytes[i] || m.ServerBusyS[i] != want.busy[i] ||
+			math.Abs(m.ServerGoodputBps[i]-want.goodput[i]) > 1e-12 || m.ServerResponseS[i] != want.resp[i] {
+			t.Errorf("server %d: %v B, busy %v s, %v B/s, response %v s; want %v, %v, %v, %v", i,
+				m.ServerBytes[i], m.ServerBusyS[i], m.ServerGoodputBps[i], m.ServerResponseS[i],
+				want.bytes[i], want.busy[i], want.goodput[i], want.resp[i])
+		}
+	}
+	// A ring job measures no servers.
+	r := NewCollector(RingShare(4))
+	r.Compute(false, 0, 0, 1)
+	if m := r.IterationEnded(0, 1, 1); m.ServerBytes != nil || m.ServerGoodputBps != nil {
+		t.Errorf("all-reduce iteration has per-server measurements %+v", m)
 	}
 }

@@ -116,7 +116,27 @@ func MeanStats(ss []Stats) Stats {
 		m.Overlap += s.Overlap / n
 		m.InFlightBytes += s.InFlightBytes / n
 	}
+	m.ServerGoodputBps = meanOf(ss, func(s Stats) []float64 { return s.ServerGoodputBps })
+	m.ServerResponseS = meanOf(ss, func(s Stats) []float64 { return s.ServerResponseS })
 	return m
+}
+
+// meanOf is the element-wise mean of a per-server field over ss (nil if
+// the last of them has none; a shorter entry counts as zeros).
+func meanOf(ss []Stats, field func(Stats) []float64) []float64 {
+	n := len(field(ss[len(ss)-1]))
+	if n == 0 {
+		return nil
+	}
+	out := make([]float64, n)
+	for _, s := range ss {
+		for i, v := range field(s) {
+			if i < n {
+				out[i] += v / float64(len(ss))
+			}
+		}
+	}
+	return out
 }
 
 // What a network predicts (MetaHeader.Target): the log of the candidate's

@@ -61,6 +61,13 @@ type Stats struct {
 	RoundTripS float64 `json:"round_trip_s,omitempty"`
 	// Config is the scheduling configuration in force for the iteration.
 	Config sched.Config `json:"config"`
+	// ServerGoodputBps[i] is the bytes rank 0 pushed to parameter server i
+	// for the iteration over the time it had one of them unanswered, and
+	// ServerResponseS[i] the mean time from push to answer
+	// (stats.Collector); nil for all-reduce. The server whose link or
+	// host sets the pace shows the lowest goodput.
+	ServerGoodputBps []float64 `json:"server_goodput_bps,omitempty"`
+	ServerResponseS  []float64 `json:"server_response_s,omitempty"`
 
 	// Context: the job, constant over a run.
 
@@ -99,6 +106,7 @@ type ConfigChange struct {
 func (s Stats) Measured(m stats.Iteration) Stats {
 	s.Iteration, s.IterationTimeS, s.ForwardS, s.BackwardS = m.Iteration, m.IterationS, m.ForwardS, m.BackwardS
 	s.GoodputBps, s.QueueDelayS, s.Overlap, s.InFlightBytes = m.GoodputBps, m.QueueDelayS, m.Overlap, m.InFlightBytes
+	s.ServerGoodputBps, s.ServerResponseS = m.ServerGoodputBps, m.ServerResponseS
 	return s
 }
 

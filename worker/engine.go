@@ -120,6 +120,14 @@ type Observer interface {
 	Iteration(k int, d time.Duration)
 }
 
+// ShardObserver, if the Observer also is one, is told when each shard is
+// handed to its parameter server's connection and when its answer is
+// handled: the per-server statistics (stats.Collector) come from these.
+type ShardObserver interface {
+	ShardPushed(server, iteration int, bytes int64, at time.Time)
+	ShardAnswered(server, iteration int, at time.Time)
+}
+
 // Engine runs one worker's communication. Create with New, then Start.
 type Engine struct {
 	cfg    Config
@@ -182,6 +190,7 @@ type event struct {
 	posts  []Posting
 	task   taskKey
 	piece  sched.Piece
+	server int // the parameter server of an evShard
 	err    error
 	reconf cluster.Reconfiguration
 	// reply, if set, receives the outcome of a Reconfigure call.
@@ -483,6 +492,9 @@ func (e *Engine) handle(ev event) error {
 		ev.reply <- rerr
 		return nil
 	case evShard:
+		if so, ok := e.cfg.Observer.(ShardObserver); ok {
+			so.ShardAnswered(ev.server, ev.piece.Iteration, time.Now())
+		}
 		err = e.m.Answered(ev.piece.PieceID)
 	case evPieceDone:
 		if ev.err != nil {
@@ -610,6 +622,9 @@ func (e *Engine) sendMessage(m proto.Message) error {
 		data := e.grad(p.Iteration, p.Tensor)[p.Offset/size : (p.Offset+p.Bytes)/size]
 		e.cfg.Ring.Start(p, m.Priority, d, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
 	case proto.Push:
+		if so, ok := e.cfg.Observer.(ShardObserver); ok {
+			so.ShardPushed(m.Server, m.Piece.Iteration, m.Bytes, time.Now())
+		}
 		return e.push(m)
 	}
 	return nil
@@ -718,6 +733,6 @@ func (e *Engine) readServer(idx int, c *transport.Conn) {
 				buf = f.Payload[:cap(f.Payload)]
 			}
 		}
-		e.send(event{kind: evShard, piece: sched.Piece{PieceID: sched.PieceID{Iteration: int(f.Iteration), Tensor: int(f.Key), Index: int(f.Piece)}}})
+		e.send(event{kind: evShard, server: idx, piece: sched.Piece{PieceID: sched.PieceID{Iteration: int(f.Iteration), Tensor: int(f.Key), Index: int(f.Piece)}}})
 	}
 }
