@@ -112,8 +112,9 @@ func Place(in Inputs) (*Plan, error) {
 				return cmp.Compare((float64(plan.Load[a])+with)/weight[a], (float64(plan.Load[b])+with)/weight[b])
 			})
 			var piece []Shard
+			sizes := shardSizes(pieceBytes, elem, shards, byLoad[:shards], weight)
 			for k := range shards {
-				s := Shard{Server: byLoad[k], Offset: off, Bytes: sched.PieceBytes(pieceBytes, elem, shards, k)}
+				s := Shard{Server: byLoad[k], Offset: off, Bytes: sizes[k]}
 				plan.Load[s.Server] += s.Bytes
 				off += s.Bytes
 				piece = append(piece, s)
@@ -122,4 +123,41 @@ func Place(in Inputs) (*Plan, error) {
 		}
 	}
 	return plan, nil
+}
+
+// shardSizes splits a piece of pieceBytes into shards for the given
+// servers, in whole elements: near-equal (exactly as the scheduling core
+// cuts pieces) under equal weights, else in proportion to the servers'
+// weights, each at least one element, so that a slow server's shards are
+// as much smaller as its share of the bytes.
+func shardSizes(pieceBytes, elem, shards int64, servers []int, weight []float64) []int64 {
+	sizes := make([]int64, shards)
+	equal := true
+	var sum float64
+	for _, s := range servers {
+		equal = equal && weight[s] == weight[servers[0]]
+		sum += weight[s]
+	}
+	if equal {
+		for k := range sizes {
+			sizes[k] = sched.PieceBytes(pieceBytes, elem, shards, int64(k))
+		}
+		return sizes
+	}
+	// Cut at the rounded cumulative shares, leaving every shard an element.
+	n := pieceBytes / elem
+	var acc float64
+	prev := int64(0)
+	for k, s := range servers {
+		acc += weight[s]
+		cut := int64(math.Round(float64(n) * acc / sum))
+		if k == len(servers)-1 {
+			cut = n
+		}
+		cut = max(cut, prev+1)                    // at least one element here
+		cut = min(cut, n-int64(len(servers)-1-k)) // and one for each shard after
+		sizes[k] = (cut - prev) * elem
+		prev = cut
+	}
+	return sizes
 }

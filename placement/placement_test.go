@@ -125,6 +125,16 @@ func TestWeightedBalance(t *testing.T) {
 	if even.Load[2] == plan.Load[2] {
 		t.Fatalf("weight 1 of 11 left server 2's load at the even %d", even.Load[2])
 	}
+	// A sharded piece is split by the weights too.
+	big, err := Place(Inputs{TensorBytes: []int64{1_100_000}, ElemBytes: 4, Servers: 4, ShardBytes: 1000, Weights: weights})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sh := range big.Pieces[0][0] {
+		if want := 1_100_000 * weights[sh.Server] / 11; math.Abs(float64(sh.Bytes)-want) > 4 {
+			t.Errorf("shard on server %d (weight %v): %d bytes, want %.0f within an element (shards %+v)", sh.Server, weights[sh.Server], sh.Bytes, want, big.Pieces[0][0])
+		}
+	}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for trial := 0; trial < 100; trial++ {
 		in := Inputs{ElemBytes: 4, Servers: 1 + rng.IntN(6), PartitionBytes: rng.Int64N(3) * 1_000_000, ShardBytes: rng.Int64N(2) * 700_000}

@@ -295,3 +295,44 @@ func boundsPerIteration(o Options) []Bounds {
 	}
 	return out
 }
+
+// ParseLinkTrace reads one host's link trace, "ROLE RANK=TRACE" written
+// "server1=0:25Gbps,150:2.5Gbps,300:25Gbps" or "worker3=...", with rates
+// parsed by parseRate, into o's WorkerLinkTraces or ServerLinkTraces. A
+// host may have one trace. Errors name the item; the rank is checked
+// against the job by Validate.
+func (o *Options) ParseLinkTrace(spec string, parseRate func(string) (float64, error)) error {
+	host, trace, ok := strings.Cut(strings.TrimSpace(spec), "=")
+	if !ok {
+		return fmt.Errorf("link trace %q: want ROLE RANK=TRACE, e.g. server1=0:25Gbps,150:2.5Gbps", spec)
+	}
+	var role string
+	var traces *map[int][]Step
+	switch {
+	case strings.HasPrefix(host, "server"):
+		role, traces = "server", &o.ServerLinkTraces
+	case strings.HasPrefix(host, "worker"):
+		role, traces = "worker", &o.WorkerLinkTraces
+	default:
+		return fmt.Errorf("link trace %q: host %q is not serverN or workerN", spec, host)
+	}
+	rank, err := strconv.Atoi(strings.TrimPrefix(host, role))
+	if err != nil || rank < 0 {
+		return fmt.Errorf("link trace %q: %s rank %q is not an integer >= 0", spec, role, strings.TrimPrefix(host, role))
+	}
+	steps, err := ParseSteps(trace, parseRate)
+	if err != nil {
+		return fmt.Errorf("link trace %q: %w", spec, err)
+	}
+	if len(steps) == 0 {
+		return fmt.Errorf("link trace %q: no steps", spec)
+	}
+	if _, dup := (*traces)[rank]; dup {
+		return fmt.Errorf("link trace %q: %s%d already has a link trace", spec, role, rank)
+	}
+	if *traces == nil {
+		*traces = map[int][]Step{}
+	}
+	(*traces)[rank] = steps
+	return nil
+}

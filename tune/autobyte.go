@@ -87,6 +87,19 @@ type AutoByteOptions struct {
 	Compress        dtype.DType
 	CommBound       float64
 	CompressionGain float64
+	// FixedWeights leaves the parameter servers' weights in force alone
+	// (the fourth knob). Otherwise, on a job of two or more servers, the
+	// tuner moves load between them as it measures them: before each
+	// search, if giving each server a share of the bytes proportional to
+	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
+	// server's time by at least RebalanceGain (default 0.1), it tries
+	// those weights, and keeps them if the job is not slower. Weights
+	// within WeightsEven (default 0.1) of one another become even. A
+	// rebalance that was reverted is not tried again until conditions
+	// change.
+	FixedWeights  bool
+	RebalanceGain float64
+	WeightsEven   float64
 }
 
 // AutoByteEvent is one thing the tuner did, for logs and tests.
@@ -96,7 +109,9 @@ type AutoByteEvent struct {
 	// was scored and nothing beat the margin), "try" (a candidate was
 	// proposed), "keep" or "revert" (a trial was judged: kept, or the
 	// previous configuration restored), "verify" (one of the top-k
-	// candidates of a verification was proposed) and "measured" (it was
+	// candidates of a verification was proposed), "rebalance" (server
+	// weights that follow the measured servers were proposed) and
+	// "measured" (it was
 	// measured). A verification ends with "keep" (Config, the best measured
 	// candidate, is in force) or "revert" (the configuration in force before
 	// it measured best and is restored).
@@ -120,7 +135,7 @@ func (e AutoByteEvent) String() string {
 	switch e.Kind {
 	case "change":
 		s += " (" + e.Detail + ")"
-	case "search", "try", "verify":
+	case "search", "try", "verify", "rebalance":
 		s += " " + describe(e.Config)
 		if e.PredictedGain != 0 {
 			s += fmt.Sprintf(", predicted gain %.1f%%", 100*e.PredictedGain)
@@ -137,6 +152,9 @@ func describe(c sched.Config) string {
 	s := fmt.Sprintf("partition %s credit %s", units.FormatBytes(c.PartitionBytes), units.FormatBytes(c.CreditBytes))
 	if c.Compression != dtype.F32 {
 		s += ", compression " + c.Compression.String()
+	}
+	if c.ServerWeights.Weighted() {
+		s += ", server weights " + c.ServerWeights.String()
 	}
 	return s
 }
@@ -196,6 +214,12 @@ type AutoByte struct {
 	// trialTolerance is the keep rule's tolerance for the trial on hand
 	// (KeepTolerance, or the compression rule's).
 	trialTolerance float64
+	// rebalancing: the trial on hand is new server weights; noRebalance:
+	// one was reverted under the current conditions.
+	rebalancing, noRebalance bool
+	// rates are the servers' rates as measured while each set the pace
+	// (rebalanced); 0: not seen at the pace under these conditions.
+	rates []float64
 }
 
 // measuredConfig is one configuration measured during a verification.
@@ -257,7 +281,8 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		v    *float64
 		def  float64
 	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2},
-		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05}}
+		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05},
+		{"rebalance gain", &o.RebalanceGain, 0.1}, {"even weights", &o.WeightsEven, 0.1}}
 	for _, f := range floats {
 		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
 			return nil, fmt.Errorf("tune: autobyte %s must be a number >= 0 (0 = default %v), got %v", f.name, f.def, *f.v)
@@ -322,7 +347,8 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if changed {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
 		clear(a.tabu)
-		a.trying = false
+		a.trying, a.rebalancing, a.noRebalance = false, false, false
+		clear(a.rates)
 		a.verifying, a.queue, a.measured = false, a.queue[:0], a.measured[:0]
 		a.verifyDue = a.o.TopK > 0
 		// Measure afresh from this iteration (already under the new
@@ -357,6 +383,14 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	}
 	if it < a.nextSearch {
 		return Proposal{}, false
+	}
+	// Load follows the servers before partition and credit are searched:
+	// a slow server link sets the pace whatever they are.
+	if c, gain, ok := a.rebalanced(st); ok {
+		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
+		a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
+		a.trialTolerance = a.o.KeepTolerance
+		return a.propose(it, c), true
 	}
 	if a.verifyDue {
 		return a.verify(it, st)
@@ -404,6 +438,7 @@ func (a *AutoByte) clearlyWorse(t float64, n int) bool {
 // judge keeps or reverts the candidate on trial, now measured as st.
 func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	a.trying = false
+	defer func() { a.rebalancing = false }()
 	a.learn(st, a.prevStats, a.prevS)
 	a.learn(a.prevStats, st, st.IterationTimeS)
 	a.learn(st, st, st.IterationTimeS)
@@ -419,8 +454,88 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	ev.Kind = "revert"
 	a.events = append(a.events, ev)
 	a.tabu[a.current] = true
+	if a.rebalancing {
+		a.noRebalance = true
+	}
+	a.rebalancing = false
 	a.nextSearch = it + a.o.Every
 	return a.propose(it, a.prev), true
+}
+
+// rebalanced is the configuration in force with server weights that
+// follow the servers' measured rates, if that is worth a trial (see
+// AutoByteOptions.FixedWeights), and its predicted gain in the slowest
+// server's time.
+//
+// Server i needs about share_i / rate_i for its bytes; shares proportional
+// to the rates even those times out. A server's measured goodput is its
+// rate only while it sets the pace (its time is within WeightsEven of the
+// slowest server's): one with slack to spare is held back by the others
+// (its shards wait for the workers' pushes, which wait for the slowest
+// server), so its goodput says only that it is at least that fast. The
+// tuner remembers each server's rate from the last time it set the pace
+// under the current conditions, and takes a server it never saw at the
+// pace (or that now runs faster than it did at the pace: it recovered)
+// to be as fast as the fastest seen: if it is not, it sets the pace after
+// the trial and is measured then.
+func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
+	n := st.Servers
+	if a.o.FixedWeights || a.noRebalance || n < 2 || n > sched.MaxWeightedServers || len(st.ServerGoodputBps) != n {
+		return sched.Config{}, 0, false
+	}
+	shares, err := a.current.ServerWeights.Shares(n)
+	if err != nil {
+		return sched.Config{}, 0, false
+	}
+	g := st.ServerGoodputBps
+	var slowest float64 // the largest share per goodput: the pace
+	for i := range g {
+		if !(g[i] > 0) || math.IsInf(g[i], 0) {
+			return sched.Config{}, 0, false // a server not measured: nothing to go by
+		}
+		slowest = max(slowest, shares[i]/g[i])
+	}
+	if len(a.rates) != n {
+		a.rates = make([]float64, n)
+	}
+	var fastest float64
+	for i := range g {
+		switch {
+		case shares[i]/g[i] >= slowest*(1-a.o.WeightsEven):
+			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
+		case g[i] > a.rates[i]*(1+a.o.WeightsEven):
+			a.rates[i] = 0 // faster than it was at the pace: it recovered
+		}
+		fastest = max(fastest, a.rates[i], g[i])
+	}
+	rates := make([]float64, n)
+	var total, worst float64
+	for i := range rates {
+		rates[i] = a.rates[i]
+		if rates[i] == 0 {
+			rates[i] = fastest
+		}
+		rates[i] = max(rates[i], g[i])
+		total += rates[i]
+		worst = max(worst, shares[i]/rates[i])
+	}
+	gain := 1 - (1/total)/worst
+	if gain < a.o.RebalanceGain {
+		return sched.Config{}, 0, false
+	}
+	w, err := sched.Weigh(rates)
+	if err != nil {
+		return sched.Config{}, 0, false
+	}
+	if slices.Max(rates) <= slices.Min(rates)*(1+a.o.WeightsEven) {
+		w = sched.ServerWeights{}
+	}
+	c := a.current
+	c.ServerWeights = w
+	if c == a.current || a.tabu[c] {
+		return sched.Config{}, 0, false
+	}
+	return c, gain, true
 }
 
 // search scores the grid from st and tries the best candidate if it beats
@@ -507,10 +622,12 @@ func (a *AutoByte) cost(m measuredConfig) float64 {
 	return m.st.IterationTimeS
 }
 
-// follow is grid candidate c with the compression in force: partition
-// and credit are searched under it, and only compressionTrial changes it.
+// follow is grid candidate c with the compression and server weights in
+// force: partition and credit are searched under them, and only
+// compressionTrial and rebalanced change them.
 func (a *AutoByte) follow(c sched.Config) sched.Config {
 	c.Compression = a.current.Compression
+	c.ServerWeights = a.current.ServerWeights
 	return c
 }
 
@@ -642,7 +759,7 @@ func (a *AutoByte) learn(state, measured Stats, t float64) {
 	if a.o.FineTuneSteps < 0 || !(t > 0) || !MetaTargetOK(kind, state) {
 		return
 	}
-	if state.Config.Compression != measured.Config.Compression {
+	if state.Config.Compression != measured.Config.Compression || state.Config.ServerWeights != measured.Config.ServerWeights {
 		return // the network knows partition and credit only
 	}
 	state = netStats(state)

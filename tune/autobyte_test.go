@@ -345,3 +345,78 @@ func TestAutoByteEventsFrom(t *testing.T) {
 		t.Error("EventsFrom returned the tuner's own slice")
 	}
 }
+
+// TestAutoByteFollowsSlowServer: one server's link drops to 1/8 from
+// iteration 40 to 80. The tuner must move load off it within 20
+// iterations of the drop, come within 10% of the slow phase's ideal
+// static weights (8:1:8:8, the links' rates), and give the load back
+// within 20 iterations of the recovery. Negative control: with the
+// weights pinned, the slow phase is several times slower.
+func TestAutoByteFollowsSlowServer(t *testing.T) {
+	p, err := model.Get("vgg16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := sim.Options{Profile: p, Arch: sim.PS, Workers: 8, Servers: 4, BandwidthBps: 10e9 / 8, LatencyS: 50e-6,
+		ShardBytes: 4_000_000, Iterations: 120,
+		Sched:            sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority},
+		ServerLinkTraces: map[int][]sim.Step{1: {{Iteration: 40, Value: 1.25e9 / 8}, {Iteration: 80, Value: 10e9 / 8}}}}
+	runWith := func(fixed bool) (*sim.Result, *tune.AutoByte) {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := base
+		o.Tuner = a
+		r, err := sim.Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, a
+	}
+	r, a := runWith(false)
+	weightsAt := func(k int) []float64 {
+		w, err := r.Stats[k].Config.ServerWeights.Shares(4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	if w := weightsAt(60); !(w[1] < 0.3*w[0]) {
+		t.Errorf("iteration 60, server 1 at 1/8: shares %.3f, want server 1's well below the others' (events %v)", w, a.Events())
+	}
+	ideal := base
+	ideal.ServerLinkTraces = map[int][]sim.Step{1: {{Iteration: 0, Value: 1.25e9 / 8}}}
+	ideal.Sched.ServerWeights = sched.ServerWeights{8, 1, 8, 8}
+	ideal.Iterations = 20
+	ir, err := sim.Run(ideal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slow := mean(r.IterationTimesS[60:80]); slow > 1.1*ir.IterationTimeS {
+		t.Errorf("iterations 60-79: %.3f s per iteration, the ideal static weights give %.3f s", slow, ir.IterationTimeS)
+	}
+	if w := weightsAt(100); slices.Max(w) > 1.1*slices.Min(w) {
+		t.Errorf("iteration 100, server 1 recovered at 80: shares %.3f, want them even again", w)
+	}
+	if !strings.Contains(eventKinds(a), "rebalance") {
+		t.Errorf("no rebalance event: %v", eventKinds(a))
+	}
+	pinned, _ := runWith(true)
+	for _, st := range pinned.Stats {
+		if st.Config.ServerWeights.Weighted() {
+			t.Fatalf("pinned weights moved at iteration %d: %v", st.Iteration, st.Config.ServerWeights)
+		}
+	}
+	if p, f := mean(pinned.IterationTimesS[60:80]), mean(r.IterationTimesS[60:80]); !(p > 3*f) {
+		t.Errorf("iterations 60-79: %.3f s pinned, %.3f s following the servers: want the slow server to cost the pinned run", p, f)
+	}
+}
+
+func mean(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s / float64(len(xs))
+}

@@ -428,5 +428,8 @@ func knobs(c sched.Config) string {
 	if c.Compression != dtype.F32 {
 		s += ", compression " + c.Compression.String()
 	}
+	if c.ServerWeights.Weighted() {
+		s += ", server weights " + c.ServerWeights.String()
+	}
 	return s
 }

@@ -46,6 +46,8 @@ type scenarioFlags struct {
 	computeTrace         string
 	compression          string
 	stragglers           []string
+	linkTraces           []string
+	serverWeights        string
 }
 
 func (f *scenarioFlags) register(cmd *cobra.Command) {
@@ -71,6 +73,8 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed of --jitter and of the bo tuner")
 	fs.StringVar(&f.bandwidthTrace, "bandwidth-trace", "", "sim: link rate by iteration, e.g. 0:10Gbps,300:2Gbps,600:10Gbps")
 	fs.StringVar(&f.computeTrace, "compute-trace", "", "sim: compute-time multiplier by iteration, e.g. 0:1,200:2")
+	fs.StringArrayVar(&f.linkTraces, "link-trace", nil, "HOST=TRACE: one host's link rate by iteration, in place of --bandwidth and --bandwidth-trace for that host, e.g. server1=0:10Gbps,150:1Gbps,300:10Gbps or worker3=...; repeatable, once per host. launch: needs --testbed (tc on that host)")
+	fs.StringVar(&f.serverWeights, "server-weights", "", "ps: the share of the bytes each server is given, one number per server, e.g. 4:4:1 (default: even by bytes); --tuner autobyte moves them as it measures each server")
 	fs.StringArrayVar(&f.stragglers, "straggler", nil, "RANK:FACTOR[@FROM[-TO]]: worker RANK computes FACTOR times slower, for the whole run or from iteration FROM (to TO, exclusive); repeatable, once per rank")
 }
 
@@ -92,6 +96,11 @@ func (f *scenarioFlags) dynamics(o *sim.Options) error {
 		}
 		if o.ComputeTrace, err = sim.ParseSteps(f.computeTrace, parse); err != nil {
 			return fmt.Errorf("--compute-trace: %w", err)
+		}
+	}
+	for _, lt := range f.linkTraces {
+		if err := o.ParseLinkTrace(lt, units.ParseRate); err != nil {
+			return fmt.Errorf("--link-trace: %w", err)
 		}
 	}
 	seen := map[int]bool{}
@@ -289,6 +298,17 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 	if f.compression != "auto" {
 		if cfg.Compression, err = dtype.Parse(f.compression); err != nil {
 			return o, fmt.Errorf("--compression: %w (or auto)", err)
+		}
+	}
+	if f.serverWeights != "" {
+		if arch != sim.PS {
+			return o, fmt.Errorf("--server-weights %s: all-reduce has no parameter servers", f.serverWeights)
+		}
+		if cfg.ServerWeights, err = sched.ParseServerWeights(f.serverWeights); err != nil {
+			return o, fmt.Errorf("--server-weights: %w", err)
+		}
+		if n := cfg.ServerWeights.Len(); cfg.ServerWeights.Weighted() && n != servers {
+			return o, fmt.Errorf("--server-weights %s: %d weights for %d servers", f.serverWeights, n, servers)
 		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,

@@ -136,7 +136,10 @@ type configAt struct {
 	// Compression is the gradients' wire type when compressed (absent:
 	// float32).
 	Compression string `json:"compression,omitempty"`
-	config      sched.Config
+	// ServerWeights are the parameter servers' shares of the bytes when
+	// not even (absent: by bytes alone).
+	ServerWeights sched.ServerWeights `json:"server_weights,omitzero"`
+	config        sched.Config
 }
 
 // linkReport summarises the bytes carried per link over the run.
@@ -203,6 +206,7 @@ func configsOf(cs []sim.ConfigChange) []configAt {
 		if c.Config.Compression != dtype.F32 {
 			ca.Compression = c.Config.Compression.String()
 		}
+		ca.ServerWeights = c.Config.ServerWeights
 		out = append(out, ca)
 	}
 	return out
