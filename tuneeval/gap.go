@@ -50,7 +50,7 @@ func Gap(s Scenario, par int) (*GapResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	cands := Candidates()
+	cands := s.StaticCandidates()
 	runs := make([]*sim.Result, len(cands)+1) // the candidates, then ByteScheduler's default
 	err = sim.Parallel(len(runs), par, func(i int) error {
 		so := o

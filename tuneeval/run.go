@@ -18,9 +18,9 @@ import (
 type Options struct {
 	// Out is the directory the table, JSON and plots are written to.
 	Out string
-	// Quick runs QuickSuite instead of DefaultSuite, and Long LongSuite
-	// (at most one of them).
-	Quick, Long bool
+	// Quick runs QuickSuite instead of DefaultSuite, Long LongSuite and
+	// Links LinkSuite (at most one of them).
+	Quick, Long, Links bool
 	// Parallel is how many simulations run at once (>= 1).
 	Parallel int
 	// BOTrial is BO's TrialIterations (0: 20, a fifth of ByteScheduler's
@@ -41,8 +41,8 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--out must name a directory, got %q", o.Out)
 	case o.Parallel < 1:
 		return fmt.Errorf("--parallel must be >= 1, got %d", o.Parallel)
-	case o.Quick && o.Long:
-		return fmt.Errorf("--quick and --long choose different suites; give at most one")
+	case btoi(o.Quick)+btoi(o.Long)+btoi(o.Links) > 1:
+		return fmt.Errorf("--quick, --long and --links choose different suites; give at most one")
 	case o.BOTrial != 0 && o.BOTrial < 6:
 		return fmt.Errorf("--bo-trial must be >= 6 iterations (BO drops 5 per trial), got %d", o.BOTrial)
 	}
@@ -56,8 +56,17 @@ func (o Options) suite() []Scenario {
 		return QuickSuite()
 	case o.Long:
 		return LongSuite()
+	case o.Links:
+		return LinkSuite()
 	}
 	return DefaultSuite()
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (o Options) boTrial() (trial, delay int) {
@@ -111,8 +120,12 @@ type ScenarioResult struct {
 	Scenario Scenario   `json:"scenario"`
 	Phases   []Phase    `json:"phases"`
 	Runs     []TunerRun `json:"runs"` // in Tuners order
-	// BestStaticConfig is the best of the candidate grid over the whole
-	// run, and OracleConfigs the best per phase.
+	// StaticCandidates is how many configurations the best static one and
+	// the oracle's are chosen from (Scenario.StaticCandidates: the grid
+	// under each candidate server weights).
+	StaticCandidates int `json:"static_candidates"`
+	// BestStaticConfig is the best of the candidates over the whole run,
+	// and OracleConfigs the best per phase.
 	BestStaticConfig sched.Config   `json:"best_static_config"`
 	OracleConfigs    []sched.Config `json:"oracle_configs"`
 	// AutoVsBestStaticPct is autobyte's mean over the run relative to the
@@ -175,17 +188,20 @@ func Evaluate(o Options) (*Report, error) {
 	suite, _ := Select(o.suite(), o.Only)
 	par := o.Parallel
 	trial, delay := o.boTrial()
-	cands := Candidates()
 	name := "default"
 	switch {
 	case o.Quick:
 		name = "quick"
 	case o.Long:
 		name = "long"
+	case o.Links:
+		name = "links"
 	}
-	rep := &Report{Suite: name, BOTrial: trial, BOApplyDelay: delay, Candidates: len(cands), Parallel: par}
+	rep := &Report{Suite: name, BOTrial: trial, BOApplyDelay: delay, Candidates: len(Candidates()), Parallel: par}
 	opts := make([]sim.Options, len(suite))
+	cands := make([][]sched.Config, len(suite))
 	for i, s := range suite {
+		cands[i] = s.StaticCandidates()
 		var err error
 		if opts[i], err = s.Options(); err != nil {
 			return nil, err
@@ -203,7 +219,7 @@ func Evaluate(o Options) (*Report, error) {
 		for _, t := range []string{Fifo, ByteScheduler, BO, AutoByte, AutoByteCompress} {
 			jobs = append(jobs, job{scenario: i, tuner: t})
 		}
-		for c := range cands {
+		for c := range cands[i] {
 			jobs = append(jobs, job{scenario: i, cand: c})
 		}
 	}
@@ -217,7 +233,7 @@ func Evaluate(o Options) (*Report, error) {
 	statics := make([][]*sim.Result, len(suite))
 	for i := range suite {
 		tuned[i] = map[string]*sim.Result{}
-		statics[i] = make([]*sim.Result, len(cands))
+		statics[i] = make([]*sim.Result, len(cands[i]))
 	}
 	var mu sync.Mutex
 	done := 0
@@ -227,13 +243,13 @@ func Evaluate(o Options) (*Report, error) {
 		var err error
 		var r *sim.Result
 		if j.tuner == "" {
-			so.Sched = cands[j.cand]
+			so.Sched = cands[j.scenario][j.cand]
 			r, err = sim.Run(so)
 		} else {
 			r, err = runTuner(j.tuner, so, trial, delay)
 		}
 		if err != nil {
-			return fmt.Errorf("scenario %s, %s: %w", suite[j.scenario].Name, jobName(j, cands), err)
+			return fmt.Errorf("scenario %s, %s: %w", suite[j.scenario].Name, jobName(j, cands[j.scenario]), err)
 		}
 		r.Stats = nil
 		mu.Lock()
@@ -258,7 +274,7 @@ func Evaluate(o Options) (*Report, error) {
 	best := make([]int, len(suite))
 	for i, s := range suite {
 		best[i] = BestIndex(statics[i])
-		oracles[i] = OracleConfigs(statics[i], cands, s.Phases())
+		oracles[i] = OracleConfigs(statics[i], cands[i], s.Phases())
 	}
 	oracleRuns := make([]*sim.Result, len(suite))
 	err = sim.Parallel(len(suite), par, func(i int) error {
@@ -275,7 +291,7 @@ func Evaluate(o Options) (*Report, error) {
 
 	for i, s := range suite {
 		phases := s.Phases()
-		sr := ScenarioResult{Scenario: s, Phases: phases, BestStaticConfig: cands[best[i]], OracleConfigs: oracles[i]}
+		sr := ScenarioResult{Scenario: s, Phases: phases, StaticCandidates: len(cands[i]), BestStaticConfig: cands[i][best[i]], OracleConfigs: oracles[i]}
 		for _, t := range Tuners {
 			var r *sim.Result
 			switch t {

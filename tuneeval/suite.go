@@ -41,7 +41,11 @@ type Scenario struct {
 	// straggler that comes and goes.
 	Stragglers      map[int]float64 `json:"stragglers,omitempty"`
 	StragglerTraces map[int]string  `json:"straggler_traces,omitempty"`
-	Iterations      int             `json:"iterations"`
+	// LinkTraces set one host's link rate from given iterations on, by
+	// host ("server1", "worker3"): "ITERATION:RATE,..." (sim's
+	// --link-trace).
+	LinkTraces map[string]string `json:"link_traces,omitempty"`
+	Iterations int               `json:"iterations"`
 	// MessageCost is the simulator's fixed processing time per message
 	// (sim.Options.MessageCostS), a duration such as "15us"; "" is none.
 	// The suites leave it empty.
@@ -51,7 +55,7 @@ type Scenario struct {
 // Changing reports whether the scenario's bandwidth or compute speed
 // changes during the run.
 func (s Scenario) Changing() bool {
-	return strings.TrimSpace(s.Trace) != "" || strings.TrimSpace(s.ComputeTrace) != "" || len(s.StragglerTraces) > 0
+	return strings.TrimSpace(s.Trace) != "" || strings.TrimSpace(s.ComputeTrace) != "" || len(s.StragglerTraces) > 0 || len(s.LinkTraces) > 0
 }
 
 // Options are the simulator options of the scenario (no tuner, ByteScheduler's
@@ -99,6 +103,11 @@ func (s Scenario) Options() (sim.Options, error) {
 		}
 		o.StragglerTraces[r] = steps
 	}
+	for _, host := range slices.Sorted(maps.Keys(s.LinkTraces)) {
+		if err := o.ParseLinkTrace(host+"="+s.LinkTraces[host], units.ParseRate); err != nil {
+			return sim.Options{}, fmt.Errorf("scenario %s: %w", s.Name, err)
+		}
+	}
 	if arch == sim.PS {
 		o.ShardBytes = 4_000_000
 	}
@@ -118,8 +127,8 @@ func parseFactor(v string) (float64, error) {
 }
 
 // Phases are the iteration ranges [From, To) under constant conditions
-// (one phase for a steady scenario). A bandwidth step at iteration c
-// starts a phase at c. A compute step at c starts one at c-1: iteration
+// (one phase for a steady scenario). A bandwidth or link step at iteration
+// c starts a phase at c. A compute step at c starts one at c-1: iteration
 // c-1's span ends with forward pass c, which already runs at the new speed
 // (sim's rule, sim/dynamics.go), so c-1 is the first iteration the change
 // shows in; a straggler's step too.
@@ -142,6 +151,12 @@ func (s Scenario) Phases() []Phase {
 		steps, _ := sim.ParseSteps(tr, parseFactor)
 		for _, st := range steps {
 			add(st.Iteration - 1)
+		}
+	}
+	for _, tr := range s.LinkTraces {
+		steps, _ := sim.ParseSteps(tr, units.ParseRate)
+		for _, st := range steps {
+			add(st.Iteration)
 		}
 	}
 	slices.Sort(cuts)

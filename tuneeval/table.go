@@ -41,8 +41,8 @@ func Write(rep *Report, dir string) error {
 	return nil
 }
 
-// ConfigString is "PARTITION/CREDIT", "fifo" for the unscheduled
-// configuration.
+// ConfigString is "PARTITION/CREDIT", with " wW0:W1:..." for server
+// weights, "fifo" for the unscheduled configuration.
 func ConfigString(c sched.Config) string {
 	if c == (sched.Config{}) {
 		return "fifo"
@@ -53,7 +53,11 @@ func ConfigString(c sched.Config) string {
 		}
 		return strings.ReplaceAll(units.FormatBytes(b), " ", "")
 	}
-	return f(c.PartitionBytes, "whole") + "/" + f(c.CreditBytes, "∞")
+	out := f(c.PartitionBytes, "whole") + "/" + f(c.CreditBytes, "∞")
+	if c.ServerWeights.Weighted() {
+		out += " w" + c.ServerWeights.String()
+	}
+	return out
 }
 
 // WriteMarkdown writes the results table, the per-phase table and the

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,9 @@ the failed process's error.`,
 			if len(o.BandwidthTrace) > 0 && bedName == "" {
 				return fmt.Errorf("--bandwidth-trace %s needs --testbed NAME: the launcher changes each host's tc rate as rank 0 reaches each step; in-process shaping cannot follow a trace (parameter servers do not know the iteration)", f.bandwidthTrace)
 			}
+			if len(f.linkTraces) > 0 && bedName == "" {
+				return fmt.Errorf("--link-trace %s needs --testbed NAME: the launcher changes that host's tc rate as rank 0 reaches each step", f.linkTraces[0])
+			}
 			if _, err := processFlags(logLevel, peerTimeout); err != nil {
 				return err
 			}
@@ -103,13 +107,15 @@ the failed process's error.`,
 				return fmt.Errorf("--metrics-port %d out of range", metricsPort)
 			}
 			if bedName != "" {
-				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthAt(0), len(o.BandwidthTrace) > 0)
+				rates := hostRates{o: o, servers: spec.Servers}
+				traced := len(o.BandwidthTrace) > 0 || len(o.ServerLinkTraces)+len(o.WorkerLinkTraces) > 0
+				bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, rates, traced)
 				if err != nil {
 					return err
 				}
 				defer cleanup()
 				lc.bed, lc.shaped = bed, 0
-				lc.rateSteps = o.BandwidthTrace
+				lc.rates = rates
 			}
 			args := scenarioArgs(cmd)
 			if useTLS {
@@ -179,7 +185,7 @@ reaching its iteration (see docs/runtime-tuning.md).`
 func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedName, traceDir, logLevel string, peerTimeout time.Duration) error {
 	// Flags the plugin has no setting for would do nothing: refuse them.
 	for _, name := range []string{"json", "verify", "tls", "metrics-port", "model", "profile", "iterations",
-		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "compute-trace", "straggler",
+		"grid-partitions", "grid-credits", "grid-trial", "bo-trial", "bandwidth-trace", "link-trace", "compute-trace", "straggler",
 		"admission", "jitter", "seed", "latency", "compute-scale"} {
 		if cmd.Flags().Changed(name) {
 			return fmt.Errorf("--%s does not apply to a training command (the script decides)", name)
@@ -214,7 +220,7 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 		lc.linkRate = o.BandwidthBps
 	}
 	if bedName != "" {
-		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, o.BandwidthBps, false)
+		bed, cleanup, err := prepareTestbed(ctx, cmd, bedName, spec.Workers+spec.Servers, hostRates{o: o, servers: spec.Servers}, false)
 		if err != nil {
 			return err
 		}
@@ -224,33 +230,84 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	return launchScript(ctx, script, spec, lc, cmd.OutOrStdout(), cmd.ErrOrStderr())
 }
 
+// hostRates are each testbed host's link rate by iteration: servers are
+// hosts 0..M-1 and workers M..M+N-1, each at its --link-trace, else at
+// --bandwidth and --bandwidth-trace (the simulator's rule, sim.Options).
+type hostRates struct {
+	o       sim.Options
+	servers int
+}
+
+func (r hostRates) at(host, k int) float64 {
+	if host < r.servers {
+		return r.o.ServerRateAt(host, k)
+	}
+	return r.o.WorkerRateAt(host-r.servers, k)
+}
+
+func (r hostRates) name(host int) string {
+	if host < r.servers {
+		return fmt.Sprintf("server%d", host)
+	}
+	return fmt.Sprintf("worker%d", host-r.servers)
+}
+
+// changes are the iterations at which some host's rate changes, after 0.
+func (r hostRates) changes() []sim.Step {
+	var its []int
+	add := func(steps []sim.Step) {
+		for _, st := range steps {
+			if st.Iteration > 0 && !slices.Contains(its, st.Iteration) {
+				its = append(its, st.Iteration)
+			}
+		}
+	}
+	add(r.o.BandwidthTrace)
+	for _, m := range []map[int][]sim.Step{r.o.ServerLinkTraces, r.o.WorkerLinkTraces} {
+		for _, steps := range m {
+			add(steps)
+		}
+	}
+	slices.Sort(its)
+	out := make([]sim.Step, len(its))
+	for i, k := range its {
+		out[i] = sim.Step{Iteration: k}
+	}
+	return out
+}
+
 // prepareTestbed loads testbed name, or creates it for this run (removed
-// again by cleanup), and sets every host's rate to rateBps when --bandwidth
-// is given or force is set.
-func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts int, rateBps float64, force bool) (*testbed.Testbed, func(), error) {
+// again by cleanup), and sets every host's rate to its rate at iteration 0
+// when --bandwidth is given or force is set.
+func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts int, rates hostRates, force bool) (*testbed.Testbed, func(), error) {
 	if err := testbed.Available(); err != nil {
 		return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
 	}
+	rateBps := rates.o.BandwidthAt(0)
+	cleanup, created := func() {}, false
 	bed, err := testbed.Load(name)
 	if err != nil {
+		created = true
 		bed, err = testbed.Up(ctx, testbed.Options{Name: name, Hosts: hosts, RateBps: rateBps})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s: %d hosts at %s (removed after the run)\n", name, hosts, units.FormatRate(rateBps))
-		return bed, func() { _ = testbed.Down(context.Background(), name) }, nil
-	}
-	if len(bed.Hosts) < hosts {
+		cleanup = func() { _ = testbed.Down(context.Background(), name) }
+	} else if len(bed.Hosts) < hosts {
 		return nil, nil, fmt.Errorf("--testbed %s has %d hosts, the job needs %d (workers + servers)", name, len(bed.Hosts), hosts)
 	}
 	if cmd.Flags().Changed("bandwidth") || force {
 		for h := 0; h < hosts; h++ {
-			if err := bed.Set(ctx, h, rateBps, bed.Hosts[h].DelayS); err != nil {
-				return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
+			if r := rates.at(h, 0); r != rateBps || !created { // a new bed is at rateBps already
+				if err := bed.Set(ctx, h, r, bed.Hosts[h].DelayS); err != nil {
+					cleanup()
+					return nil, nil, fmt.Errorf("--testbed %s: %s: %w", name, rates.name(h), err)
+				}
 			}
 		}
 	}
-	return bed, func() {}, nil
+	return bed, cleanup, nil
 }
 
 type launchConfig struct {
@@ -272,9 +329,10 @@ type launchConfig struct {
 	metricsPort int
 	// workerArgs are extra flags for every worker (the tuner's).
 	workerArgs []string
-	// rateSteps, with bed, change every host's rate when rank 0 reaches
-	// each step's iteration (steps at iteration 0 are already in force).
-	rateSteps []sim.Step
+	// rates, with bed, change each host's rate when rank 0 reaches an
+	// iteration where it changes (rates at iteration 0 are already in
+	// force).
+	rates hostRates
 }
 
 // launchResult is what the processes reported.
@@ -381,8 +439,8 @@ func launchLocal(ctx context.Context, childArgsCommon []string, spec job.Spec, l
 	env := append(os.Environ(), "AUTOBYTE_TOKEN="+token)
 	start := time.Now()
 	var rates *rateDriver
-	if lc.bed != nil && len(lc.rateSteps) > 0 {
-		rates = newRateDriver(lc.bed, spec.Servers+spec.Workers, lc.rateSteps, spec.Iterations, start, lc.progress)
+	if lc.bed != nil && len(lc.rates.changes()) > 0 {
+		rates = newRateDriver(lc.bed, spec.Servers+spec.Workers, lc.rates, spec.Iterations, start, lc.progress)
 		go rates.run(ctx)
 	}
 	var mu sync.Mutex // lc.progress
@@ -583,24 +641,30 @@ type rateChange struct {
 	// Iteration is the step's iteration; ReachedIteration the iteration
 	// rank 0 had reached when the launcher learnt it (its progress line:
 	// forward pass ReachedIteration ended); AtS when the change started
-	// (since the launch) and SetS how long setting every host took.
+	// (since the launch) and SetS how long setting the hosts took. Host
+	// names the one host set ("server1", "worker3"); absent, every host
+	// was set to RateBps.
 	Iteration        int     `json:"iteration"`
 	ReachedIteration int     `json:"reached_iteration"`
+	Host             string  `json:"host,omitempty"`
 	RateBps          float64 `json:"rate_bytes_per_s"`
 	AtS              float64 `json:"at_s"`
 	SetS             float64 `json:"set_s"`
 	Error            string  `json:"error,omitempty"`
 }
 
-// rateDriver changes every testbed host's tc rate as rank 0 reaches each
-// step of a bandwidth trace. It learns the iteration from rank 0's progress
-// lines ("iteration J/N: ...", printed when forward pass J ended, just
-// before backward J starts iteration J's communication), so the children
-// need no privileges and rank 0's loop never waits for tc.
+// rateDriver changes the testbed hosts' tc rates as rank 0 reaches each
+// iteration where a host's rate changes (a bandwidth trace: every host; a
+// link trace: one). It learns the iteration from rank 0's progress lines
+// ("iteration J/N: ...", printed when forward pass J ended, just before
+// backward J starts iteration J's communication), so the children need no
+// privileges and rank 0's loop never waits for tc.
 type rateDriver struct {
 	bed      *testbed.Testbed
 	hosts    int
-	steps    []sim.Step
+	rates    hostRates
+	steps    []sim.Step // the iterations at which a rate changes
+	current  []float64  // each host's rate in force
 	start    time.Time
 	progress io.Writer
 	iters    chan int
@@ -608,13 +672,13 @@ type rateDriver struct {
 	changes  []rateChange
 }
 
-func newRateDriver(bed *testbed.Testbed, hosts int, steps []sim.Step, iterations int, start time.Time, progress io.Writer) *rateDriver {
-	// Steps at iteration 0 are in force from the start (prepareTestbed).
-	for len(steps) > 0 && steps[0].Iteration <= 0 {
-		steps = steps[1:]
+func newRateDriver(bed *testbed.Testbed, hosts int, rates hostRates, iterations int, start time.Time, progress io.Writer) *rateDriver {
+	d := &rateDriver{bed: bed, hosts: hosts, rates: rates, steps: rates.changes(), current: make([]float64, hosts),
+		start: start, progress: progress, iters: make(chan int, iterations+2), done: make(chan struct{})}
+	for h := range d.current {
+		d.current[h] = rates.at(h, 0) // in force from the start (prepareTestbed)
 	}
-	return &rateDriver{bed: bed, hosts: hosts, steps: steps, start: start, progress: progress,
-		iters: make(chan int, iterations+2), done: make(chan struct{})}
+	return d
 }
 
 // reached tells the driver that rank 0 ended forward pass j; it never
@@ -644,22 +708,59 @@ func (d *rateDriver) run(ctx context.Context) {
 			continue
 		}
 		// Only the last due step matters; the earlier ones were missed.
-		st := due[len(due)-1]
-		ch := rateChange{Iteration: st.Iteration, ReachedIteration: j, RateBps: st.Value, AtS: time.Since(d.start).Seconds()}
-		t0 := time.Now()
+		k := due[len(due)-1].Iteration
+		var set []int
 		for h := 0; h < d.hosts; h++ {
-			if err := d.bed.Set(ctx, h, st.Value, d.bed.Hosts[h].DelayS); err != nil && ch.Error == "" {
-				ch.Error = err.Error()
+			if r := d.rates.at(h, k); r != d.current[h] {
+				set = append(set, h)
 			}
 		}
-		ch.SetS = time.Since(t0).Seconds()
-		d.changes = append(d.changes, ch)
-		msg := fmt.Sprintf("testbed: every host at %s from iteration %d (rank 0 at %d; set in %s)", units.FormatRate(st.Value), st.Iteration, j, units.FormatSeconds(ch.SetS))
-		if ch.Error != "" {
-			msg += ": " + ch.Error
+		at, t0 := time.Since(d.start).Seconds(), time.Now()
+		var changes []rateChange
+		for _, h := range set {
+			r := d.rates.at(h, k)
+			ch := rateChange{Iteration: k, ReachedIteration: j, Host: d.rates.name(h), RateBps: r, AtS: at}
+			if err := d.bed.Set(ctx, h, r, d.bed.Hosts[h].DelayS); err != nil {
+				ch.Error = err.Error()
+			}
+			d.current[h] = r
+			changes = append(changes, ch)
 		}
-		fmt.Fprintln(d.progress, msg)
+		setS := time.Since(t0).Seconds()
+		if len(set) == d.hosts && d.hosts > 1 && allSame(changes) {
+			ch := changes[0]
+			ch.Host = ""
+			for _, c := range changes {
+				if ch.Error == "" {
+					ch.Error = c.Error
+				}
+			}
+			changes = []rateChange{ch}
+		}
+		for _, ch := range changes {
+			ch.SetS = setS
+			d.changes = append(d.changes, ch)
+			who := "every host"
+			if ch.Host != "" {
+				who = ch.Host
+			}
+			msg := fmt.Sprintf("testbed: %s at %s from iteration %d (rank 0 at %d; set in %s)", who, units.FormatRate(ch.RateBps), k, j, units.FormatSeconds(setS))
+			if ch.Error != "" {
+				msg += ": " + ch.Error
+			}
+			fmt.Fprintln(d.progress, msg)
+		}
 	}
+}
+
+// allSame reports whether every change sets the same rate.
+func allSame(changes []rateChange) bool {
+	for _, c := range changes {
+		if c.RateBps != changes[0].RateBps {
+			return false
+		}
+	}
+	return true
 }
 
 // stop ends run once every line was fed, and waits for it.

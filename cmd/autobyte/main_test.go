@@ -8,10 +8,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/units"
 )
 
 // TestMain lets this test binary stand in for the autobyte binary when a
@@ -433,6 +435,37 @@ func TestStepsDue(t *testing.T) {
 	due, rest = stepsDue(rest, 12)
 	if len(due) != 1 || len(rest) != 0 {
 		t.Errorf("at 12: due %v rest %v", due, rest)
+	}
+}
+
+// TestHostRates: the testbed's hosts (servers first) follow their own link
+// trace, else the bandwidth trace, and the driver's change points are
+// every iteration where one of them changes.
+func TestHostRates(t *testing.T) {
+	o := sim.Options{Workers: 2, Servers: 2, BandwidthBps: 100, BandwidthTrace: []sim.Step{{Iteration: 10, Value: 50}}}
+	if err := o.ParseLinkTrace("server1=0:10B/s,20:100B/s", units.ParseRate); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.ParseLinkTrace("worker0=5:7B/s", units.ParseRate); err != nil {
+		t.Fatal(err)
+	}
+	r := hostRates{o: o, servers: 2}
+	for _, c := range []struct {
+		host, k int
+		want    float64
+		name    string
+	}{{0, 0, 100, "server0"}, {0, 10, 50, "server0"}, {1, 0, 10, "server1"}, {1, 15, 10, "server1"}, {1, 25, 100, "server1"},
+		{2, 4, 100, "worker0"}, {2, 5, 7, "worker0"}, {3, 12, 50, "worker1"}} {
+		if got := r.at(c.host, c.k); got != c.want || r.name(c.host) != c.name {
+			t.Errorf("host %d (%s) at %d: %v B/s, want %s at %v", c.host, r.name(c.host), c.k, got, c.name, c.want)
+		}
+	}
+	var its []int
+	for _, st := range r.changes() {
+		its = append(its, st.Iteration)
+	}
+	if !slices.Equal(its, []int{5, 10, 20}) {
+		t.Errorf("change points %v, want [5 10 20]", its)
 	}
 }
 

@@ -213,6 +213,9 @@ $WORLD_SIZE.`,
 			if len(o.BandwidthTrace) > 0 && jn.BandwidthBps > 0 {
 				return fmt.Errorf("--bandwidth-trace %s: in-process shaping cannot follow a trace (parameter servers do not know the iteration); shape the links outside and pass --shape=false, as 'autobyte launch --testbed' does", f.bandwidthTrace)
 			}
+			if len(f.linkTraces) > 0 && jn.BandwidthBps > 0 {
+				return fmt.Errorf("--link-trace %s: in-process shaping cannot follow a host's trace; shape the links outside and pass --shape=false, as 'autobyte launch --testbed' does", f.linkTraces[0])
+			}
 			var tuner tune.Tuner
 			if rank == 0 {
 				if tuner, err = tf.build(o, f.seed, f.tunerCompress()); err != nil {

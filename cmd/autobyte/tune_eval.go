@@ -41,6 +41,7 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 	fs := cmd.Flags()
 	fs.StringVar(&o.Out, "out", "tune-eval", "directory for results.md, results.json and the PNG plots")
 	fs.BoolVar(&o.Quick, "quick", false, "run the small quick suite (2 short scenarios) instead of the default one")
+	fs.BoolVar(&o.Links, "links", false, "run the link suite (8 parameter-server jobs where one or two server links slow 4-10x for a third of the run; the static baselines search server weights too) instead of the default one")
 	fs.BoolVar(&o.Long, "long", false, "run the long suite (2 scenarios of 3,000 iterations; bo at its released 100-iteration trials, frozen after 1,650) instead of the default one")
 	fs.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick; 100 with --long); the apply delay is max(2, this/10)")
