@@ -101,6 +101,8 @@ func conformanceScenarios() []conformanceScenario {
 	finer := sched.Config{PartitionBytes: 3_000, CreditBytes: 8_000, Order: sched.OrderPriority, Admission: sched.AdmitStrict}
 	compressed := bs
 	compressed.Compression = dtype.BF16
+	weighed := finer
+	weighed.ServerWeights = sched.ServerWeights{4, 1, 2}
 	return []conformanceScenario{
 		{name: "ps/fifo", arch: worker.PS, workers: 3, servers: 2, cfg: sched.Config{}},
 		{name: "ps/bytescheduler", arch: worker.PS, workers: 3, servers: 2, cfg: bs},
@@ -113,6 +115,7 @@ func conformanceScenarios() []conformanceScenario {
 		// 20 kB fuses tensors 0-2 (layers 0 and 1) and 4-5 (layers 2 and 3).
 		{name: "ps/fusion+change", arch: worker.PS, workers: 3, servers: 2, cfg: bs, change: &finer, fusion: 20_000},
 		{name: "allreduce/fusion", arch: worker.AllReduce, workers: 3, cfg: bs, fusion: 20_000},
+		{name: "ps/server weights", arch: worker.PS, workers: 3, servers: 3, cfg: bs, change: &weighed},
 	}
 }
 
@@ -164,5 +167,14 @@ func TestConformanceCatchesDivergence(t *testing.T) {
 	unchanged.change = nil
 	if d := proto.Diff(unchanged.simulate(t, 0), changed.runReal(t, 0)); d == "" {
 		t.Error("a configuration change the simulator did not make went unnoticed")
+	}
+	// A runtime that kept even weights where the simulator moved load.
+	weighed := sc[len(sc)-1]
+	even := weighed
+	cfg := *weighed.change
+	cfg.ServerWeights = sched.ServerWeights{}
+	even.change = &cfg
+	if d := proto.Diff(weighed.simulate(t, conformanceShardBytes), even.runReal(t, conformanceShardBytes)); d == "" {
+		t.Errorf("a runtime that placed by bytes where the simulator weighed the servers went unnoticed (diff %q)", d)
 	}
 }

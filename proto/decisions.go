@@ -49,7 +49,11 @@ func (l *DecisionLog) Record(rank int, r *Ready) {
 		conns[conn] = append(conns[conn], entry)
 	}
 	for _, e := range r.Epochs {
-		conns["epochs"] = append(conns["epochs"], fmt.Sprintf("epoch %d from %d partition %d credit %d %v", e.Number, e.From, e.Config.PartitionBytes, e.Config.CreditBytes, e.Config.Order))
+		line := fmt.Sprintf("epoch %d from %d partition %d credit %d %v", e.Number, e.From, e.Config.PartitionBytes, e.Config.CreditBytes, e.Config.Order)
+		if e.Config.ServerWeights.Weighted() {
+			line += " weights " + e.Config.ServerWeights.String()
+		}
+		conns["epochs"] = append(conns["epochs"], line)
 	}
 }
 

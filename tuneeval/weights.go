@@ -83,7 +83,7 @@ func (s Scenario) StaticCandidates() []sched.Config {
 }
 
 // linkPhase is the length of a LinkSuite scenario's phases.
-const linkPhase = 100
+const linkPhase = 80
 
 // LinkSuite is the suite of server links that slow down for part of a
 // run: 8 parameter-server jobs at 10 Gbps (ResNet-50, VGG16, BERT-base,
