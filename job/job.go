@@ -144,6 +144,10 @@ type Net struct {
 	// BandwidthBps shapes this process's egress and ingress in-process
 	// (bytes/s); 0 leaves them unshaped.
 	BandwidthBps float64
+	// RateAt, if set with BandwidthBps, is a parameter server's shaped
+	// rate by iteration (its host's link trace): the server changes its
+	// rate when the first push of an iteration with another rate arrives.
+	RateAt func(iteration int) float64
 	// PeerTimeout bounds how long a silent peer is tolerated (default 5 s).
 	PeerTimeout time.Duration
 	// TLS, if set, wraps every connection in (mutual) TLS.

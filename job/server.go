@@ -3,12 +3,14 @@ package job
 import (
 	"context"
 	"fmt"
+	"math"
 	"net"
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/ps"
 	"github.com/autobyte/autobyte/transport"
+	"golang.org/x/time/rate"
 )
 
 // RunServer runs parameter server index until every worker said goodbye,
@@ -78,7 +80,23 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 	if spec.PullMode {
 		mode = ps.SeparatePull
 	}
-	srv, err := ps.New(ps.Options{Workers: spec.Workers, Mode: mode, Logger: n.Logger})
+	po := ps.Options{Workers: spec.Workers, Mode: mode, Logger: n.Logger}
+	if n.RateAt != nil && cfg.Egress != nil {
+		current := n.BandwidthBps
+		po.OnIteration = func(k int) {
+			r := n.RateAt(k)
+			if !(r > 0) || math.IsInf(r, 0) || r == current {
+				return
+			}
+			current = r
+			cfg.Egress.SetLimit(rate.Limit(r))
+			cfg.Ingress.SetLimit(rate.Limit(r))
+			if n.Logger != nil {
+				n.Logger.Info("job: server link rate", "server", index, "iteration", k, "bytes_per_s", r)
+			}
+		}
+	}
+	srv, err := ps.New(po)
 	if err != nil {
 		return sum, err
 	}

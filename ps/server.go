@@ -56,6 +56,11 @@ type Options struct {
 	Workers int
 	Mode    Mode
 	Logger  *slog.Logger
+	// OnIteration, if set, is called (from a reader goroutine, one call at
+	// a time) with k when the first push of an iteration k later than any
+	// before has been received: a server host whose link follows a trace
+	// by iteration changes its rate there.
+	OnIteration func(k int)
 }
 
 type pieceKey struct {
@@ -112,6 +117,10 @@ type Server struct {
 	// held is the bytes of early pushes held now, heldPeak the most held
 	// at once: the memory that rank order costs.
 	held, heldPeak atomic.Int64
+	// latest is the latest iteration a push was received of (-1: none);
+	// iterMu serializes OnIteration.
+	latest atomic.Int64
+	iterMu sync.Mutex
 	// arrivalOrder adds pushes as they arrive, the first one's buffer
 	// becoming the accumulator, instead of in rank order. It is not
 	// reproducible and exists only so that a benchmark can measure what
@@ -132,7 +141,22 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Server{o: o, log: log, accs: map[pieceKey]*accum{}, finished: map[pieceKey]bool{}, byIter: map[uint32][]pieceKey{}}, nil
+	srv := &Server{o: o, log: log, accs: map[pieceKey]*accum{}, finished: map[pieceKey]bool{}, byIter: map[uint32][]pieceKey{}}
+	srv.latest.Store(-1)
+	return srv, nil
+}
+
+// seen notes a push of iteration k and tells OnIteration of a new latest.
+func (s *Server) seen(k int64) {
+	if s.o.OnIteration == nil || k <= s.latest.Load() {
+		return
+	}
+	s.iterMu.Lock()
+	defer s.iterMu.Unlock()
+	if k > s.latest.Load() {
+		s.latest.Store(k)
+		s.o.OnIteration(int(k))
+	}
 }
 
 // Serve runs the server on conns, one per worker, until every worker closed
@@ -188,6 +212,7 @@ func (s *Server) read(c *transport.Conn) error {
 		}
 		switch f.Kind {
 		case transport.KindPush:
+			s.seen(int64(f.Iteration))
 			kept, err := s.push(c, f)
 			if err != nil {
 				return err

@@ -94,9 +94,9 @@ type AutoByteOptions struct {
 	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
 	// server's time by at least RebalanceGain (default 0.1), it tries
 	// those weights, and keeps them if the job is not slower. Weights
-	// within WeightsEven (default 0.1) of one another become even. A
-	// rebalance that was reverted is not tried again until conditions
-	// change.
+	// within WeightsEven (default 0.1) of one another become even. After
+	// three rebalances reverted in a row the tuner stops trying until
+	// conditions change.
 	FixedWeights  bool
 	RebalanceGain float64
 	WeightsEven   float64
@@ -214,9 +214,11 @@ type AutoByte struct {
 	// trialTolerance is the keep rule's tolerance for the trial on hand
 	// (KeepTolerance, or the compression rule's).
 	trialTolerance float64
-	// rebalancing: the trial on hand is new server weights; noRebalance:
-	// one was reverted under the current conditions.
-	rebalancing, noRebalance bool
+	// rebalancing: the trial on hand is new server weights;
+	// rebalanceReverts counts those reverted in a row under the current
+	// conditions (at maxRebalanceReverts the tuner stops trying).
+	rebalancing      bool
+	rebalanceReverts int
 	// rates are the servers' rates as measured while each set the pace
 	// (rebalanced); 0: not seen at the pace under these conditions.
 	rates []float64
@@ -347,8 +349,9 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if changed {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
 		clear(a.tabu)
-		a.trying, a.rebalancing, a.noRebalance = false, false, false
-		clear(a.rates)
+		a.trying, a.rebalancing, a.rebalanceReverts = false, false, 0
+		// The servers' rates are kept: a server that changed shows it when
+		// it next sets the pace (or runs faster than remembered).
 		a.verifying, a.queue, a.measured = false, a.queue[:0], a.measured[:0]
 		a.verifyDue = a.o.TopK > 0
 		// Measure afresh from this iteration (already under the new
@@ -446,6 +449,9 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	// Faster beyond the noise (with no noise: not slower than the
 	// tolerance allows).
 	if st.IterationTimeS <= a.prevS*(1+a.trialTolerance)*math.Exp(-a.noiseGap(a.measureCount())) {
+		if a.rebalancing {
+			a.rebalanceReverts = 0
+		}
 		ev.Kind = "keep"
 		a.events = append(a.events, ev)
 		a.nextSearch = it + 1 // search again at once: the network learned
@@ -455,7 +461,10 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	a.events = append(a.events, ev)
 	a.tabu[a.current] = true
 	if a.rebalancing {
-		a.noRebalance = true
+		// The trial measured which server set the pace under its
+		// weights: the next rebalance knows better.
+		a.learnRates(st)
+		a.rebalanceReverts++
 	}
 	a.rebalancing = false
 	a.nextSearch = it + a.o.Every
@@ -480,32 +489,15 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 // the trial and is measured then.
 func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 	n := st.Servers
-	if a.o.FixedWeights || a.noRebalance || n < 2 || n > sched.MaxWeightedServers || len(st.ServerGoodputBps) != n {
+	if a.o.FixedWeights || a.rebalanceReverts >= maxRebalanceReverts || n < 2 || n > sched.MaxWeightedServers {
 		return sched.Config{}, 0, false
 	}
-	shares, err := a.current.ServerWeights.Shares(n)
-	if err != nil {
+	shares, g, ok := a.learnRates(st)
+	if !ok {
 		return sched.Config{}, 0, false
-	}
-	g := st.ServerGoodputBps
-	var slowest float64 // the largest share per goodput: the pace
-	for i := range g {
-		if !(g[i] > 0) || math.IsInf(g[i], 0) {
-			return sched.Config{}, 0, false // a server not measured: nothing to go by
-		}
-		slowest = max(slowest, shares[i]/g[i])
-	}
-	if len(a.rates) != n {
-		a.rates = make([]float64, n)
 	}
 	var fastest float64
 	for i := range g {
-		switch {
-		case shares[i]/g[i] >= slowest*(1-a.o.WeightsEven):
-			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
-		case g[i] > a.rates[i]*(1+a.o.WeightsEven):
-			a.rates[i] = 0 // faster than it was at the pace: it recovered
-		}
 		fastest = max(fastest, a.rates[i], g[i])
 	}
 	rates := make([]float64, n)
@@ -536,6 +528,45 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 		return sched.Config{}, 0, false
 	}
 	return c, gain, true
+}
+
+// maxRebalanceReverts is how many reverted rebalances in a row stop the
+// tuner from trying more until conditions change.
+const maxRebalanceReverts = 3
+
+// learnRates records the rate of every server that set the pace in st
+// (measured under st.Config's weights), forgets any that now runs faster
+// than remembered, and returns st's shares and goodputs; ok is false if
+// some server was not measured.
+func (a *AutoByte) learnRates(st Stats) (shares, g []float64, ok bool) {
+	n := st.Servers
+	if n < 2 || len(st.ServerGoodputBps) != n {
+		return nil, nil, false
+	}
+	shares, err := st.Config.ServerWeights.Shares(n)
+	if err != nil {
+		return nil, nil, false
+	}
+	g = st.ServerGoodputBps
+	var slowest float64 // the largest share per goodput: the pace
+	for i := range g {
+		if !(g[i] > 0) || math.IsInf(g[i], 0) {
+			return nil, nil, false // a server not measured: nothing to go by
+		}
+		slowest = max(slowest, shares[i]/g[i])
+	}
+	if len(a.rates) != n {
+		a.rates = make([]float64, n)
+	}
+	for i := range g {
+		switch {
+		case shares[i]/g[i] >= slowest*(1-a.o.WeightsEven):
+			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
+		case g[i] > a.rates[i]*(1+a.o.WeightsEven):
+			a.rates[i] = 0 // faster than it was at the pace: it recovered
+		}
+	}
+	return shares, g, true
 }
 
 // search scores the grid from st and tries the best candidate if it beats

@@ -14,7 +14,8 @@ import (
 )
 
 // Write writes results.md, results.json and the plots of every scenario
-// (NAME-time.png, NAME-config.png) into dir, creating it.
+// (NAME-time.png, NAME-config.png, and NAME-load.png where server weights
+// were searched) into dir, creating it.
 func Write(rep *Report, dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--out: %w", err)
@@ -34,11 +35,34 @@ func Write(rep *Report, dir string) error {
 		return fmt.Errorf("--out: %w", err)
 	}
 	for i := range rep.Scenarios {
-		if err := Plot(&rep.Scenarios[i], dir); err != nil {
-			return fmt.Errorf("plots of %s: %w", rep.Scenarios[i].Scenario.Name, err)
+		sr := &rep.Scenarios[i]
+		if err := Plot(sr, dir); err != nil {
+			return fmt.Errorf("plots of %s: %w", sr.Scenario.Name, err)
+		}
+		if sr.StaticCandidates > len(Candidates()) { // server weights were searched
+			if err := PlotScenarioLoad(sr, filepath.Join(dir, sr.Scenario.Name+"-load.png")); err != nil {
+				return fmt.Errorf("load plot of %s: %w", sr.Scenario.Name, err)
+			}
 		}
 	}
 	return nil
+}
+
+// PlotScenarioLoad draws autobyte's, the best static configuration's and
+// the oracle's iteration times and server shares over the scenario
+// (PlotLoad).
+func PlotScenarioLoad(sr *ScenarioResult, path string) error {
+	var runs []LoadRun
+	for _, name := range []string{AutoByte, BestStatic, OracleName} {
+		if r := sr.Run(name); r != nil {
+			runs = append(runs, LoadRun{Name: legend(sr, *r), IterationTimesS: r.IterationTimesS, Configs: r.Configs})
+		}
+	}
+	var marks []int
+	for _, ph := range sr.Phases[1:] {
+		marks = append(marks, ph.From)
+	}
+	return PlotLoad(path, sr.Scenario.Name+": iteration time and server shares", sr.Scenario.Servers, runs, marks)
 }
 
 // ConfigString is "PARTITION/CREDIT", with " wW0:W1:..." for server

@@ -24,9 +24,20 @@ var weightBlends = []float64{1.0 / 3, 2.0 / 3}
 // WeightCandidates are the server weights the static baselines of s are
 // chosen from: even weights only, unless a server's link changes.
 func (s Scenario) WeightCandidates() []sched.ServerWeights {
-	out := []sched.ServerWeights{{}}
 	o, err := s.Options()
-	if err != nil || o.Arch != sim.PS || o.Servers < 2 || len(o.ServerLinkTraces) == 0 {
+	if err != nil {
+		return []sched.ServerWeights{{}}
+	}
+	return WeightCandidates(o, s.Phases())
+}
+
+// WeightCandidates are the candidate server weights of a job o whose
+// conditions are constant over each of phases: even weights, each
+// phase's and the run's mean ideal weights, and their blends with even
+// weights.
+func WeightCandidates(o sim.Options, phases []Phase) []sched.ServerWeights {
+	out := []sched.ServerWeights{{}}
+	if o.Arch != sim.PS || o.Servers < 2 || len(o.ServerLinkTraces) == 0 {
 		return out
 	}
 	add := func(shares []float64) {
@@ -41,7 +52,7 @@ func (s Scenario) WeightCandidates() []sched.ServerWeights {
 	}
 	mean := make([]float64, o.Servers)
 	var ideals [][]float64
-	for _, ph := range s.Phases() {
+	for _, ph := range phases {
 		rates := make([]float64, o.Servers)
 		var top float64
 		for i := range rates {
@@ -50,7 +61,7 @@ func (s Scenario) WeightCandidates() []sched.ServerWeights {
 		}
 		for i := range rates {
 			rates[i] /= top // the fastest at 1, like even weights
-			mean[i] += rates[i] * float64(ph.To-ph.From) / float64(s.Iterations)
+			mean[i] += rates[i] * float64(ph.To-ph.From) / float64(o.Iterations)
 		}
 		ideals = append(ideals, rates)
 	}

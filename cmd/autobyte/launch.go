@@ -87,8 +87,8 @@ the failed process's error.`,
 			if len(o.BandwidthTrace) > 0 && bedName == "" {
 				return fmt.Errorf("--bandwidth-trace %s needs --testbed NAME: the launcher changes each host's tc rate as rank 0 reaches each step; in-process shaping cannot follow a trace (parameter servers do not know the iteration)", f.bandwidthTrace)
 			}
-			if len(f.linkTraces) > 0 && bedName == "" {
-				return fmt.Errorf("--link-trace %s needs --testbed NAME: the launcher changes that host's tc rate as rank 0 reaches each step", f.linkTraces[0])
+			if len(o.WorkerLinkTraces) > 0 && bedName == "" {
+				return fmt.Errorf("--link-trace: a worker's link trace needs --testbed NAME (the launcher changes that host's tc rate as rank 0 reaches each step); without one, only parameter servers follow theirs, in-process")
 			}
 			if _, err := processFlags(logLevel, peerTimeout); err != nil {
 				return err

@@ -157,6 +157,11 @@ workers' (they are checked at rendezvous); --model is accepted and ignored.`,
 			if err != nil {
 				return err
 			}
+			if _, traced := o.ServerLinkTraces[index]; traced && jn.BandwidthBps > 0 {
+				// In-process shaping follows this host's link trace.
+				jn.BandwidthBps = o.ServerRateAt(index, 0)
+				jn.RateAt = func(k int) float64 { return o.ServerRateAt(index, k) }
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			s, err := job.RunServer(ctx, spec, index, jn)
@@ -213,8 +218,8 @@ $WORLD_SIZE.`,
 			if len(o.BandwidthTrace) > 0 && jn.BandwidthBps > 0 {
 				return fmt.Errorf("--bandwidth-trace %s: in-process shaping cannot follow a trace (parameter servers do not know the iteration); shape the links outside and pass --shape=false, as 'autobyte launch --testbed' does", f.bandwidthTrace)
 			}
-			if len(f.linkTraces) > 0 && jn.BandwidthBps > 0 {
-				return fmt.Errorf("--link-trace %s: in-process shaping cannot follow a host's trace; shape the links outside and pass --shape=false, as 'autobyte launch --testbed' does", f.linkTraces[0])
+			if len(o.WorkerLinkTraces) > 0 && jn.BandwidthBps > 0 {
+				return fmt.Errorf("--link-trace: a worker's link trace needs the links shaped outside (autobyte launch --testbed); in-process shaping follows only a parameter server's")
 			}
 			var tuner tune.Tuner
 			if rank == 0 {
