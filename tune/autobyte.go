@@ -89,8 +89,8 @@ type AutoByteOptions struct {
 	CompressionGain float64
 	// FixedWeights leaves the parameter servers' weights in force alone
 	// (the fourth knob). Otherwise, on a job of two or more servers, the
-	// tuner moves load between them as it measures them: before each
-	// search, if giving each server a share of the bytes proportional to
+	// tuner moves load between them as it measures them: whenever no trial
+	// is on, if giving each server a share of the bytes proportional to
 	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
 	// server's time by at least RebalanceGain (default 0.1), it tries
 	// those weights, and keeps them if the job is not slower. Weights
@@ -384,16 +384,19 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		}
 		return a.verifyStep(it, st)
 	}
-	if it < a.nextSearch {
-		return Proposal{}, false
-	}
-	// Load follows the servers before partition and credit are searched:
-	// a slow server link sets the pace whatever they are.
+	// Load follows the servers at once, before partition and credit are
+	// searched: a slow server link sets the pace whatever they are, and it
+	// must not wait for the next search (nor for the change detector,
+	// which takes a link that slows down as a configuration takes effect
+	// for the configuration's doing).
 	if c, gain, ok := a.rebalanced(st); ok {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
 		a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
 		a.trialTolerance = a.o.KeepTolerance
 		return a.propose(it, c), true
+	}
+	if it < a.nextSearch {
+		return Proposal{}, false
 	}
 	if a.verifyDue {
 		return a.verify(it, st)

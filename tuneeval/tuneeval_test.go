@@ -6,9 +6,11 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
 )
@@ -160,7 +162,8 @@ func TestBadOptions(t *testing.T) {
 		{Options{Out: "x", Parallel: -3}, "got -3"},
 		{Options{Out: "x", Parallel: 1, BOTrial: 3}, "--bo-trial must be >= 6 iterations (BO drops 5 per trial), got 3"},
 		{Options{Out: "x", Parallel: 1, Only: "resnet50-ps-8w-steady,nope"}, `--only: unknown scenario "nope"`},
-		{Options{Out: "x", Parallel: 1, Quick: true, Long: true}, "--quick and --long"},
+		{Options{Out: "x", Parallel: 1, Quick: true, Long: true}, "--quick, --long and --links"},
+		{Options{Out: "x", Parallel: 1, Links: true, Long: true}, "give at most one"},
 		{Options{Out: "x", Parallel: 1, Long: true, Only: "resnet50-ps-8w-change"}, `unknown scenario "resnet50-ps-8w-change"`},
 	} {
 		err := c.o.Validate()
@@ -234,6 +237,87 @@ func TestSuite(t *testing.T) {
 	}
 	if ps == 0 || ar == 0 || ch == 0 || st == 0 || strag == 0 {
 		t.Errorf("ps %d allreduce %d changing %d steady %d straggler %d", ps, ar, ch, st, strag)
+	}
+}
+
+// TestLinkSuite: the link suite's 8 scenarios are valid parameter-server
+// jobs of the models, sizes and slowdowns it promises, each server link
+// change starts a phase, and the static baselines search server weights:
+// even ones, each phase's ideal ones (the slow server at its rate's
+// share) and compromises between them, while a suite without link traces
+// searches even weights only.
+func TestLinkSuite(t *testing.T) {
+	suite := LinkSuite()
+	if len(suite) != 8 {
+		t.Fatalf("%d scenarios, want 8", len(suite))
+	}
+	models := map[string]bool{}
+	seen := map[string]bool{}
+	for _, s := range suite {
+		o, err := s.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[s.Model] = true
+		if seen[s.Name] || s.Arch != "ps" || s.Workers < 8 || s.Workers > 32 || s.Servers < 4 || s.Servers > 8 || !s.Changing() {
+			t.Errorf("%s: %+v", s.Name, s)
+		}
+		seen[s.Name] = true
+		if len(o.ServerLinkTraces) < 1 || len(o.ServerLinkTraces) > 2 {
+			t.Errorf("%s: %d slow servers", s.Name, len(o.ServerLinkTraces))
+		}
+		var slowest float64
+		for srv := range o.ServerLinkTraces {
+			for k := range s.Iterations {
+				slowest = max(slowest, o.BandwidthBps/o.ServerRateAt(srv, k))
+			}
+		}
+		if slowest < 4 || slowest > 10.01 {
+			t.Errorf("%s: the slowest link is 1/%.3g of the others, want 1/4 to 1/10", s.Name, slowest)
+		}
+		ph := s.Phases()
+		for srv, steps := range o.ServerLinkTraces {
+			for _, st := range steps {
+				if !slices.ContainsFunc(ph, func(p Phase) bool { return p.From == st.Iteration }) {
+					t.Errorf("%s: server %d's step at %d starts no phase (%v)", s.Name, srv, st.Iteration, ph)
+				}
+			}
+		}
+		ws := s.WeightCandidates()
+		if ws[0].Weighted() || len(ws) < 4 {
+			t.Fatalf("%s: weight candidates %v: want even weights first and at least 3 others", s.Name, ws)
+		}
+		// The ideal weights of the slowest phase are among them.
+		for _, p := range ph {
+			rates := make([]float64, o.Servers)
+			for i := range rates {
+				rates[i] = o.ServerRateAt(i, p.From)
+			}
+			w, err := sched.Weigh(rates)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Contains(ws, w) {
+				t.Errorf("%s: phase %v's ideal weights %v are not among %v", s.Name, p, w, ws)
+			}
+		}
+		if n := len(s.StaticCandidates()); n != len(ws)*len(Candidates()) {
+			t.Errorf("%s: %d static candidates, want the grid under each of %d weights", s.Name, n, len(ws))
+		}
+	}
+	for _, m := range []string{"resnet50", "vgg16", "bert-base", "gpt2"} {
+		if !models[m] {
+			t.Errorf("no %s scenario", m)
+		}
+	}
+	for _, s := range DefaultSuite() {
+		if ws := s.WeightCandidates(); len(ws) != 1 || ws[0].Weighted() {
+			t.Errorf("%s: weight candidates %v, want even weights only", s.Name, ws)
+		}
+	}
+	c := sched.Config{PartitionBytes: 1 << 20, CreditBytes: 4 << 20, Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{1000, 250}}
+	if got := ConfigString(c); !strings.HasSuffix(got, " w1000:250") {
+		t.Errorf("ConfigString(%+v) = %q, want the weights", c, got)
 	}
 }
 
