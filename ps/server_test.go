@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -593,5 +594,28 @@ func TestNew(t *testing.T) {
 	}
 	if err := s.Serve(context.Background(), nil); err == nil || !strings.Contains(err.Error(), "got 0") {
 		t.Errorf("Serve of a 2-worker server on no connections = %v, want an error naming the count", err)
+	}
+}
+
+// TestOnIteration: the server reports each iteration later than any
+// before, once, whatever order the pushes of earlier iterations come in
+// (a server host whose link follows a trace changes its rate there).
+func TestOnIteration(t *testing.T) {
+	var mu sync.Mutex
+	var seen []int
+	r := newRigWith(t, context.Background(), 2, AnswerPush, func(s *Server) {
+		s.o.OnIteration = func(k int) {
+			mu.Lock()
+			seen = append(seen, k)
+			mu.Unlock()
+		}
+	})
+	for i, it := range []uint32{0, 0, 2, 1, 2, 5, 3} {
+		r.barrier(piece{iter: it, key: uint32(i), elems: 8})
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []int{0, 2, 5}) {
+		t.Errorf("OnIteration saw %v, want [0 2 5]", seen)
 	}
 }

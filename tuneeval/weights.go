@@ -128,3 +128,12 @@ func LinkSuite() []Scenario {
 		ps("gpt2", 16, 4, "in-turn", map[string]string{"server3": window("1.25Gbps"), "server0": fmt.Sprintf("%d:2.5Gbps", 2*linkPhase)}),
 	})
 }
+
+// TestbedLinkScenario is the link suite's job that the testbed runs for
+// real (scripts/testbed-slow-server.sh): ResNet-50, 3 workers and 3
+// servers at 1 Gbit/s, server 1's host cut to 250 Mbit/s for the middle
+// third of 120 iterations.
+func TestbedLinkScenario() Scenario {
+	return named([]Scenario{{Model: "resnet50", Arch: "ps", Workers: 3, Servers: 3, Bandwidth: "1Gbps", Kind: "testbed-server1-4x",
+		LinkTraces: map[string]string{"server1": "40:250Mbps,80:1Gbps"}, Iterations: 120}})[0]
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -97,33 +98,35 @@ scripts/message-cost.sh).`,
 // simReport is the JSON contract of 'autobyte sim --json'; scripts depend on
 // its field names.
 type simReport struct {
-	Model            string     `json:"model"`
-	Arch             string     `json:"arch"`
-	Workers          int        `json:"workers"`
-	Servers          int        `json:"servers"`
-	BandwidthBps     float64    `json:"bandwidth_bytes_per_s"`
-	LatencyS         float64    `json:"latency_s"`
-	MessageCostS     float64    `json:"message_cost_s,omitempty"`
-	ComputeScale     float64    `json:"compute_scale"`
-	Scheduler        string     `json:"scheduler"`
-	Admission        string     `json:"admission"`
-	PartitionBytes   int64      `json:"partition_bytes"`
-	CreditBytes      int64      `json:"credit_bytes"`
-	Iterations       int        `json:"iterations"`
-	IterationTimeS   float64    `json:"iteration_time_s"`
-	IterationTimesS  []float64  `json:"iteration_times_s"`
-	LowerBoundS      float64    `json:"lower_bound_s"`
-	BoundRatio       float64    `json:"achieved_over_bound"`
-	Bounds           sim.Bounds `json:"bounds"`
-	SamplesPerS      float64    `json:"samples_per_s"`
-	PiecesPerIter    int        `json:"pieces_per_iteration"`
-	GradientBytes    int64      `json:"gradient_bytes"`
-	Links            linkReport `json:"link_bytes"`
-	MeanIterationS   float64    `json:"mean_iteration_time_s"`
-	Configs          []configAt `json:"configs"`
-	Events           int64      `json:"events"`
-	WallS            float64    `json:"wall_s"`
-	SimEventsPerWall float64    `json:"events_per_wall_s"`
+	Model           string     `json:"model"`
+	Arch            string     `json:"arch"`
+	Workers         int        `json:"workers"`
+	Servers         int        `json:"servers"`
+	BandwidthBps    float64    `json:"bandwidth_bytes_per_s"`
+	LatencyS        float64    `json:"latency_s"`
+	MessageCostS    float64    `json:"message_cost_s,omitempty"`
+	ComputeScale    float64    `json:"compute_scale"`
+	Scheduler       string     `json:"scheduler"`
+	Admission       string     `json:"admission"`
+	PartitionBytes  int64      `json:"partition_bytes"`
+	CreditBytes     int64      `json:"credit_bytes"`
+	Iterations      int        `json:"iterations"`
+	IterationTimeS  float64    `json:"iteration_time_s"`
+	IterationTimesS []float64  `json:"iteration_times_s"`
+	LowerBoundS     float64    `json:"lower_bound_s"`
+	BoundRatio      float64    `json:"achieved_over_bound"`
+	Bounds          sim.Bounds `json:"bounds"`
+	SamplesPerS     float64    `json:"samples_per_s"`
+	PiecesPerIter   int        `json:"pieces_per_iteration"`
+	GradientBytes   int64      `json:"gradient_bytes"`
+	Links           linkReport `json:"link_bytes"`
+	MeanIterationS  float64    `json:"mean_iteration_time_s"`
+	Configs         []configAt `json:"configs"`
+	// LinkTraces are the --link-trace values, as given.
+	LinkTraces       []string `json:"link_traces,omitempty"`
+	Events           int64    `json:"events"`
+	WallS            float64  `json:"wall_s"`
+	SimEventsPerWall float64  `json:"events_per_wall_s"`
 }
 
 // configAt is a configuration and the iteration it applied from.
@@ -179,7 +182,8 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 			ServerEgressMax: maxOf(r.Links.ServerEgress), ServerIngressMax: maxOf(r.Links.ServerIngress),
 			Total: total,
 		},
-		Events: r.Events, WallS: wall.Seconds(), SimEventsPerWall: float64(r.Events) / wall.Seconds(),
+		LinkTraces: f.linkTraces,
+		Events:     r.Events, WallS: wall.Seconds(), SimEventsPerWall: float64(r.Events) / wall.Seconds(),
 		MeanIterationS: r.MeanIterationTimeS, Configs: configsOf(r.Configs),
 	}
 }
@@ -188,7 +192,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 // conditions are fixed; with traces or stragglers, the steady-state mean of
 // each iteration's fluid bound (which holds iteration by iteration).
 func lowerBound(o sim.Options, r *sim.Result) float64 {
-	if len(o.BandwidthTrace) == 0 && len(o.ComputeTrace) == 0 && len(o.Stragglers) == 0 {
+	if len(o.BandwidthTrace) == 0 && len(o.ComputeTrace) == 0 && len(o.Stragglers) == 0 && len(o.ServerLinkTraces)+len(o.WorkerLinkTraces) == 0 {
 		return r.Bounds.MaxS
 	}
 	var per []float64
@@ -230,6 +234,9 @@ func (r simReport) writeText(w io.Writer) error {
 		cost = fmt.Sprintf(", %s per message", units.FormatSeconds(r.MessageCostS))
 	}
 	fmt.Fprintf(tw, "cluster\t%s, %s per link, %s latency%s\n", cluster, units.FormatRate(r.BandwidthBps), units.FormatSeconds(r.LatencyS), cost)
+	if len(r.LinkTraces) > 0 {
+		fmt.Fprintf(tw, "links\t%s\n", strings.Join(r.LinkTraces, "; "))
+	}
 	fmt.Fprintf(tw, "scheduler\t%s (partition %s, credit %s, admission %s)\n", r.Scheduler, sz(r.PartitionBytes), sz(r.CreditBytes), r.Admission)
 	fmt.Fprintf(tw, "iteration\t%s steady state (%d iterations), %.1f samples/s\n", units.FormatSeconds(r.IterationTimeS), r.Iterations, r.SamplesPerS)
 	fmt.Fprintf(tw, "lower bound\t%s (achieved/bound %.3f): compute %s, worker link %s, server link %s, first layer %s, fluid %s\n",

@@ -18,7 +18,7 @@ func newTuneGapCmd() *cobra.Command {
 	var costs, only string
 	var parallel, random int
 	var seed uint64
-	var asJSON bool
+	var asJSON, links bool
 	cmd := &cobra.Command{
 		Use:   "gap",
 		Short: "How much a per-phase oracle gains over the best static configuration (no tuner runs)",
@@ -31,8 +31,11 @@ tune eval's suite and three more with a 100 -> 10 -> 100 Gbps swing
 message; scripts/message-cost.sh measures the runtime's). With --random N it
 runs N scenarios drawn from --seed over a wider space instead
 (tuneeval.RandomGapSuite: zoo models, 2-16 workers, 1-100 Gbps, compute 1/4-4x,
-a 2-20x bandwidth drop or a 2-8x compute slowdown). It prints one Markdown row
-per scenario and cost and a summary, or JSON.`,
+a 2-20x bandwidth drop or a 2-8x compute slowdown). With --links it runs the
+link suite (tune eval --links: server links that slow down; the candidates
+include server weights) and the job scripts/testbed-slow-server.sh runs on the
+testbed. It prints one Markdown row per scenario and cost and a summary, or
+JSON.`,
 		Example: `  autobyte tune gap --message-cost 0,15us
   autobyte tune gap --message-cost 15us --only vgg16-ps-8w-bw10x --json
   autobyte tune gap --random 40 --seed 1 --message-cost 0,15us`,
@@ -52,9 +55,15 @@ per scenario and cost and a summary, or JSON.`,
 			if random < 0 {
 				return fmt.Errorf("--random must be >= 0, got %d", random)
 			}
+			if links && random > 0 {
+				return fmt.Errorf("--links and --random choose different suites; give at most one")
+			}
 			suite := tuneeval.GapSuite()
-			if random > 0 {
+			switch {
+			case random > 0:
 				suite = tuneeval.RandomGapSuite(random, seed)
+			case links:
+				suite = append(tuneeval.LinkSuite(), tuneeval.TestbedLinkScenario())
 			}
 			suite, err := tuneeval.Select(suite, only)
 			if err != nil {
@@ -93,6 +102,7 @@ per scenario and cost and a summary, or JSON.`,
 	fs.BoolVar(&asJSON, "json", false, "print one JSON array")
 	fs.IntVar(&random, "random", 0, "run this many scenarios drawn from --seed (tuneeval.RandomGapSuite) instead of the gap suite")
 	fs.Uint64Var(&seed, "seed", 1, "seed of --random's scenarios")
+	fs.BoolVar(&links, "links", false, "run the link suite and the testbed's slow-server job instead of the gap suite")
 	return cmd
 }
 

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# One parameter server's link slows down mid-run on the testbed (root): runs
+# the job under --tuner autobyte and under each static configuration of a
+# small candidate set, every host in its own namespace at tc rate, server 1's
+# host cut to a quarter for the middle third of the run (--link-trace, set by
+# the launcher as rank 0 reaches each step), and prints each run's mean
+# iteration time over the whole run next to what 'autobyte sim' predicts for
+# the same flags, median over REPEATS rounds interleaved so that they share
+# the machine's noise.
+#
+#   sudo scripts/testbed-slow-server.sh [REPEATS]
+#
+# The job is tuneeval.TestbedLinkScenario (ResNet-50 replay, 3 workers, 3
+# servers, 1 Gbit/s, server 1 at 250 Mbit/s from iteration 40 to 80 of 120).
+# The static candidates are the simulator's best static configuration in
+# hindsight over the tuner's grid and the candidate server weights
+# ('autobyte tune gap --links'), the same partition and credit with even
+# weights, and ByteScheduler's default (4MB/16MB) with the best weights and
+# with even ones. Raw JSON goes to $OUT (default /tmp/testbed-slow-server).
+# See docs/tuner-eval.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repeats=${1:-1}
+out=${OUT:-/tmp/testbed-slow-server}
+bed=abslow
+scenario=resnet50-ps-3w-testbed-server1-4x
+mkdir -p "$out"
+go build -o /tmp/autobyte-slow ./cmd/autobyte
+ab=/tmp/autobyte-slow
+trap '$ab testbed down --name $bed >/dev/null 2>&1 || true' EXIT
+
+job=(--model resnet50 --workers 3 --servers 3 --bandwidth 1Gbps --iterations 120 --link-trace server1=40:250Mbps,80:1Gbps)
+
+# The simulator's best static configuration over the whole run.
+$ab tune gap --links --only $scenario --json > "$out/gap.json" 2> "$out/gap.err"
+read -r part credit weights < <(python3 - "$out/gap.json" <<'EOF'
+import json, sys
+g = json.load(open(sys.argv[1]))[0]
+c = g["best_static_config"]
+w = c.get("ServerWeights") or []
+print(c["PartitionBytes"], c["CreditBytes"], ":".join(map(str, w)) or "even")
+EOF
+)
+echo "simulator: best static partition $part B, credit $credit B, weights $weights"
+runs=(autobyte "$part:$credit:$weights" "$part:$credit:even" "4000000:16000000:$weights" "4000000:16000000:even")
+
+$ab testbed down --name $bed >/dev/null 2>&1 || true
+$ab testbed up --name $bed --hosts 6 --rate 1Gbps >/dev/null
+
+flags_of() { # RUN -> the tuner's flags
+  local run=$1
+  if [[ $run == autobyte ]]; then
+    echo --tuner autobyte
+    return
+  fi
+  IFS=: read -r p c w <<<"$run"
+  local f="--tuner static --partition ${p}B --credit ${c}B"
+  [[ $w == even ]] || f+=" --server-weights $w"
+  echo "$f"
+}
+tag_of() { echo "${1//:/-}"; }
+
+for run in "${runs[@]}"; do
+  # shellcheck disable=SC2046
+  $ab sim "${job[@]}" $(flags_of "$run") --latency 100us --json > "$out/$(tag_of "$run")-sim.json"
+done
+for r in $(seq 1 "$repeats"); do
+  for run in "${runs[@]}"; do
+    f="$out/$(tag_of "$run")-$r.json"
+    # shellcheck disable=SC2046
+    $ab launch --testbed $bed "${job[@]}" $(flags_of "$run") --json > "$f" 2> "$out/$(tag_of "$run")-$r.err"
+    python3 - "$f" "$run" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+cf = "; ".join("%d:%s" % (c["from_iteration"], ":".join(map(str, c.get("server_weights") or [])) or "even") for c in d["configs"])
+print("run %-32s mean %.3f s  verified %s  weights %s" % (sys.argv[2], d["mean_iteration_time_s"], d["verified"], cf))
+EOF
+  done
+done
+
+python3 - "$out" "$repeats" "${runs[@]}" <<'EOF'
+import json, statistics, sys
+out, repeats, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def tag(r): return r.replace(":", "-")
+res = {}
+for r in runs:
+    ds = [json.load(open("%s/%s-%d.json" % (out, tag(r), i))) for i in range(1, repeats + 1)]
+    sim = json.load(open("%s/%s-sim.json" % (out, tag(r))))
+    m = statistics.median(d["mean_iteration_time_s"] for d in ds)
+    res[r] = (m, all(d["verified"] for d in ds), [d["mean_iteration_time_s"] for d in ds], sim["mean_iteration_time_s"])
+statics = [r for r in runs if r != "autobyte"]
+best = min(statics, key=lambda r: res[r][0])
+print("\n| run | mean iteration (median of %d) | vs best static measured | simulated | measured vs simulated | verified | runs |" % repeats)
+print("|---|---:|---:|---:|---:|---|---|")
+for r in runs:
+    m, v, all_, s = res[r]
+    if r == "autobyte":
+        name = "autobyte"
+    else:
+        p, c, w = r.split(":")
+        name = "static %.3g MB / %.4g MB, weights %s" % (int(p) / 1e6, int(c) / 1e6, w)
+    print("| %s | %.3f s | %+.1f%% | %.3f s | %+.1f%% | %s | %s |" % (name, m, 100 * (m / res[best][0] - 1), s, 100 * (m / s - 1), v, ", ".join("%.3f" % x for x in all_)))
+print("\nbest static measured: %s" % best)
+EOF
