@@ -258,6 +258,21 @@ func TestTunedExactness(t *testing.T) {
 					st.ModelBytes != 4*elems || !(st.IterationTimeS > 0) || (c.workers > 1 || c.arch == worker.PS) != (st.GoodputBps > 0) || st.Overlap < 0 || st.Overlap > 1 {
 					t.Errorf("stats of iteration %d: %+v (config in force %+v)", k, st, inForce)
 				}
+				// Every server is measured on parameter servers (each
+				// holds some of every iteration's pieces here), none on
+				// a ring.
+				if c.arch == worker.PS {
+					if len(st.ServerGoodputBps) != c.servers || len(st.ServerResponseS) != c.servers {
+						t.Errorf("iteration %d: %d server goodputs and %d response times for %d servers", k, len(st.ServerGoodputBps), len(st.ServerResponseS), c.servers)
+					}
+					for i := range st.ServerGoodputBps {
+						if !(st.ServerGoodputBps[i] > 0) || !(st.ServerResponseS[i] > 0) {
+							t.Errorf("iteration %d, server %d: goodput %v B/s, response %v s", k, i, st.ServerGoodputBps[i], st.ServerResponseS[i])
+						}
+					}
+				} else if st.ServerGoodputBps != nil {
+					t.Errorf("iteration %d of a ring: server goodputs %v", k, st.ServerGoodputBps)
+				}
 				// A configured round trip is passed on; otherwise the
 				// kernel's on loopback (microseconds), or none
 				// for a one-worker ring, which has no data connection.
