@@ -93,12 +93,17 @@ type AutoByteOptions struct {
 	// is on, if giving each server a share of the bytes proportional to
 	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
 	// server's time by at least RebalanceGain (default 0.1), it tries
-	// those weights, and keeps them if the job is not slower. Weights
-	// within WeightsEven (default 0.1) of one another become even. After
+	// those weights, and keeps them only if the job is RebalanceKeep
+	// (default 0.01) faster. Rates within WeightsEven (default 0.5) of one
+	// another give even weights: servers of one speed measure up to 45%
+	// apart (which pieces each holds, in which order), and chasing that
+	// only delays the search of partition and credit; a server slower
+	// than that is what the knob is for. After
 	// three rebalances reverted in a row the tuner stops trying until
 	// conditions change.
 	FixedWeights  bool
 	RebalanceGain float64
+	RebalanceKeep float64
 	WeightsEven   float64
 }
 
@@ -284,7 +289,7 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		def  float64
 	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2},
 		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05},
-		{"rebalance gain", &o.RebalanceGain, 0.1}, {"even weights", &o.WeightsEven, 0.1}}
+		{"rebalance gain", &o.RebalanceGain, 0.1}, {"rebalance keep", &o.RebalanceKeep, 0.01}, {"even weights", &o.WeightsEven, 0.5}}
 	for _, f := range floats {
 		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
 			return nil, fmt.Errorf("tune: autobyte %s must be a number >= 0 (0 = default %v), got %v", f.name, f.def, *f.v)
@@ -392,7 +397,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if c, gain, ok := a.rebalanced(st); ok {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
 		a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
-		a.trialTolerance = a.o.KeepTolerance
+		a.trialTolerance = -a.o.RebalanceKeep
 		return a.propose(it, c), true
 	}
 	if it < a.nextSearch {
@@ -481,7 +486,7 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 //
 // Server i needs about share_i / rate_i for its bytes; shares proportional
 // to the rates even those times out. A server's measured goodput is its
-// rate only while it sets the pace (its time is within WeightsEven of the
+// rate only while it sets the pace (its time is within paceTolerance, 10%, of the
 // slowest server's): one with slack to spare is held back by the others
 // (its shards wait for the workers' pushes, which wait for the slowest
 // server), so its goodput says only that it is at least that fast. The
@@ -533,6 +538,11 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 	return c, gain, true
 }
 
+// paceTolerance is how close to the slowest server's time (share over
+// goodput) a server's must be for it to count as setting the pace, and
+// how much faster than remembered one must run to count as recovered.
+const paceTolerance = 0.1
+
 // maxRebalanceReverts is how many reverted rebalances in a row stop the
 // tuner from trying more until conditions change.
 const maxRebalanceReverts = 3
@@ -563,9 +573,9 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, ok bool) {
 	}
 	for i := range g {
 		switch {
-		case shares[i]/g[i] >= slowest*(1-a.o.WeightsEven):
+		case shares[i]/g[i] >= slowest*(1-paceTolerance):
 			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
-		case g[i] > a.rates[i]*(1+a.o.WeightsEven):
+		case g[i] > a.rates[i]*(1+paceTolerance):
 			a.rates[i] = 0 // faster than it was at the pace: it recovered
 		}
 	}
