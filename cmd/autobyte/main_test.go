@@ -316,14 +316,24 @@ func TestModelsAndDemo(t *testing.T) {
 	}
 	// The demo spawns this test binary as its servers and workers (see
 	// TestMain); a small model keeps it quick.
-	out, err = run(t, "demo", "--model", "toy3", "--compute-scale", "0.001", "--iterations", "3", "--bandwidth", "1GB/s")
+	plotPath := filepath.Join(t.TempDir(), "load.png")
+	out, err = run(t, "demo", "--model", "toy3", "--compute-scale", "0.001", "--iterations", "3", "--bandwidth", "1GB/s",
+		"--load-model", "toy3", "--load-iterations", "12", "--load-slow-from", "4", "--load-plot", plotPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"fifo", "bytescheduler", "measured", "simulated", "speedup", "true"} {
+	for _, want := range []string{"fifo", "bytescheduler", "measured", "simulated", "speedup", "true",
+		"server 1's link drops to", "autobyte, measured", "best static weights", "even weights, simulated", "sums exact: true", "plot: " + plotPath} {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	if st, err := os.Stat(plotPath); err != nil || st.Size() == 0 {
+		t.Errorf("demo's load plot %s: %v", plotPath, err)
+	}
+	if _, err := run(t, "demo", "--model", "toy3", "--iterations", "1", "--load-model", "toy3", "--load-iterations", "5", "--load-slow-from", "9"); err == nil ||
+		!strings.Contains(err.Error(), "from iteration 9 of 5") {
+		t.Errorf("demo with the slow link after the run: %v", err)
 	}
 }
 
