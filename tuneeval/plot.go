@@ -72,14 +72,17 @@ func Plot(s *ScenarioResult, dir string) error {
 	}
 	addPhaseLines(part, s)
 	addPhaseLines(cred, s)
+	return saveStacked(filepath.Join(dir, name+"-config.png"), part, cred)
+}
+
+// saveStacked writes top above bottom, x axes aligned, as a PNG at path.
+func saveStacked(path string, top, bottom *plot.Plot) error {
 	img := vgimg.New(10*vg.Inch, 8*vg.Inch)
-	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(8)}
-	plots := [][]*plot.Plot{{part}, {cred}}
-	canvases := plot.Align(plots, tiles, dc)
-	part.Draw(canvases[0][0])
-	cred.Draw(canvases[1][0])
-	f, err := os.Create(filepath.Join(dir, name+"-config.png"))
+	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, draw.New(img))
+	top.Draw(canvases[0][0])
+	bottom.Draw(canvases[1][0])
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
@@ -118,9 +121,21 @@ func addLine(p *plot.Plot, i int, name string, xy plotter.XYs, step plotter.Step
 }
 
 // addPhaseLines marks the phase boundaries with grey vertical lines.
-func addPhaseLines(p *plot.Plot, s *ScenarioResult) {
-	for _, ph := range s.Phases[1:] {
-		x := float64(ph.From)
+func addPhaseLines(p *plot.Plot, s *ScenarioResult) { addMarks(p, phaseStarts(s.Phases)) }
+
+// phaseStarts are the iterations where phases after the first start.
+func phaseStarts(phases []Phase) []int {
+	var out []int
+	for _, ph := range phases[1:] {
+		out = append(out, ph.From)
+	}
+	return out
+}
+
+// addMarks draws a grey dotted vertical line at each iteration of marks.
+func addMarks(p *plot.Plot, marks []int) {
+	for _, m := range marks {
+		x := float64(m)
 		g := &plotter.Line{XYs: plotter.XYs{{X: x, Y: p.Y.Min}, {X: x, Y: p.Y.Max}}}
 		g.Color = plotutil.Color(7)
 		g.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}

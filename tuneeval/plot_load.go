@@ -2,14 +2,11 @@ package tuneeval
 
 import (
 	"fmt"
-	"os"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/autobyte/autobyte/tune"
 )
@@ -76,27 +73,7 @@ func PlotLoad(path, title string, servers int, runs []LoadRun, marks []int) erro
 			}
 		}
 	}
-	for _, p := range []*plot.Plot{times, shares} {
-		for _, m := range marks {
-			g := &plotter.Line{XYs: plotter.XYs{{X: float64(m), Y: p.Y.Min}, {X: float64(m), Y: p.Y.Max}}}
-			g.Color = plotutil.Color(7)
-			g.Dashes = []vg.Length{vg.Points(1), vg.Points(3)}
-			g.Width = vg.Points(0.8)
-			p.Add(g)
-		}
-	}
-	img := vgimg.New(10*vg.Inch, 8*vg.Inch)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(4), PadBottom: vg.Points(4), PadX: vg.Points(4), PadY: vg.Points(8)}
-	canvases := plot.Align([][]*plot.Plot{{times}, {shares}}, tiles, draw.New(img))
-	times.Draw(canvases[0][0])
-	shares.Draw(canvases[1][0])
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	addMarks(times, marks)
+	addMarks(shares, marks)
+	return saveStacked(path, times, shares)
 }

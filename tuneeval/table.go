@@ -58,11 +58,7 @@ func PlotScenarioLoad(sr *ScenarioResult, path string) error {
 			runs = append(runs, LoadRun{Name: legend(sr, *r), IterationTimesS: r.IterationTimesS, Configs: r.Configs})
 		}
 	}
-	var marks []int
-	for _, ph := range sr.Phases[1:] {
-		marks = append(marks, ph.From)
-	}
-	return PlotLoad(path, sr.Scenario.Name+": iteration time and server shares", sr.Scenario.Servers, runs, marks)
+	return PlotLoad(path, sr.Scenario.Name+": iteration time and server shares", sr.Scenario.Servers, runs, phaseStarts(sr.Phases))
 }
 
 // ConfigString is "PARTITION/CREDIT", with " wW0:W1:..." for server
