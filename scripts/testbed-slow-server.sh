@@ -97,7 +97,7 @@ for r in runs:
     if r == "autobyte":
         name = "autobyte"
     else:
-        p, c, w = r.split(":")
+        p, c, w = r.split(":", 2)
         name = "static %.3g MB / %.4g MB, weights %s" % (int(p) / 1e6, int(c) / 1e6, w)
     print("| %s | %.3f s | %+.1f%% | %.3f s | %+.1f%% | %s | %s |" % (name, m, 100 * (m / res[best][0] - 1), s, 100 * (m / s - 1), v, ", ".join("%.3f" % x for x in all_)))
 print("\nbest static measured: %s" % best)

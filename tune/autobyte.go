@@ -89,8 +89,9 @@ type AutoByteOptions struct {
 	CompressionGain float64
 	// FixedWeights leaves the parameter servers' weights in force alone
 	// (the fourth knob). Otherwise, on a job of two or more servers, the
-	// tuner moves load between them as it measures them: whenever no trial
-	// is on, if giving each server a share of the bytes proportional to
+	// tuner moves load between them as it measures them: after every
+	// measured window (a trial or verification in progress is dropped for
+	// it), if giving each server a share of the bytes proportional to
 	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
 	// server's time by at least RebalanceGain (default 0.1), it tries
 	// those weights, and keeps them only if the job is RebalanceKeep
@@ -378,6 +379,17 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	n := a.measureCount()
 	recent := a.window[max(0, len(a.window)-n):]
 	st := MeanStats(recent)
+	if (a.trying || a.verifying) && !a.rebalancing {
+		// A server link that changes during a trial or a verification is
+		// followed at once: waiting for the end of a verification costs
+		// several trials' worth of iterations at the wrong weights. What
+		// was being measured is dropped (it was measured under other
+		// conditions).
+		if c, gain, ok := a.rebalanced(st); ok {
+			a.trying, a.verifying, a.queue, a.measured = false, false, a.queue[:0], a.measured[:0]
+			return a.rebalance(it, c, gain, st), true
+		}
+	}
 	if a.trying || a.verifying {
 		// Judge once n iterations are in, or earlier if already clearly
 		// slower than what it must beat.
@@ -395,10 +407,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	// which takes a link that slows down as a configuration takes effect
 	// for the configuration's doing).
 	if c, gain, ok := a.rebalanced(st); ok {
-		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
-		a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
-		a.trialTolerance = -a.o.RebalanceKeep
-		return a.propose(it, c), true
+		return a.rebalance(it, c, gain, st), true
 	}
 	if it < a.nextSearch {
 		return Proposal{}, false
@@ -479,6 +488,16 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	return a.propose(it, a.prev), true
 }
 
+// rebalance puts c, the configuration in force with new server weights
+// (predicted gain gain), on trial against the one in force, measured as
+// st: it must be RebalanceKeep faster to stay.
+func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, st Stats) Proposal {
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
+	a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
+	a.trialTolerance = -a.o.RebalanceKeep
+	return a.propose(it, c)
+}
+
 // rebalanced is the configuration in force with server weights that
 // follow the servers' measured rates, if that is worth a trial (see
 // AutoByteOptions.FixedWeights), and its predicted gain in the slowest
@@ -492,8 +511,8 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 // server), so its goodput says only that it is at least that fast. The
 // tuner remembers each server's rate from the last time it set the pace
 // under the current conditions, and takes a server it never saw at the
-// pace (or that now runs faster than it did at the pace: it recovered)
-// to be as fast as the fastest seen: if it is not, it sets the pace after
+// pace (or that now runs recoverTolerance faster than it did at the
+// pace: it recovered) to be as fast as the fastest seen: if it is not, it sets the pace after
 // the trial and is measured then.
 func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 	n := st.Servers
@@ -539,9 +558,16 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 }
 
 // paceTolerance is how close to the slowest server's time (share over
-// goodput) a server's must be for it to count as setting the pace, and
-// how much faster than remembered one must run to count as recovered.
+// goodput) a server's must be for it to count as setting the pace.
 const paceTolerance = 0.1
+
+// recoverTolerance is how much faster than remembered a server off the
+// pace must run to count as recovered. A server with slack shows more
+// goodput than at the pace without any change to its link (on the
+// testbed, 15% more: its shards meet less of the other workers' traffic),
+// while a link that recovers from a slowdown worth following (beyond
+// WeightsEven) runs at least 1.5x faster.
+const recoverTolerance = 0.5
 
 // maxRebalanceReverts is how many reverted rebalances in a row stop the
 // tuner from trying more until conditions change.
@@ -575,8 +601,8 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, ok bool) {
 		switch {
 		case shares[i]/g[i] >= slowest*(1-paceTolerance):
 			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
-		case g[i] > a.rates[i]*(1+paceTolerance):
-			a.rates[i] = 0 // faster than it was at the pace: it recovered
+		case g[i] > a.rates[i]*(1+recoverTolerance):
+			a.rates[i] = 0 // well faster than it was at the pace: it recovered
 		}
 	}
 	return shares, g, true

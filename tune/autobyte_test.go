@@ -420,3 +420,65 @@ func mean(xs []float64) float64 {
 	}
 	return s / float64(len(xs))
 }
+
+// TestAutoByteServerRatesOffThePace drives the tuner with a job whose
+// servers behave as they did on the testbed (3 workers, 3 servers, server
+// 1's link at a quarter from iteration 40 to 80): a server that sets the
+// pace shows its link rate as goodput, one with slack to spare shows up to
+// 15% more (its shards meet less of the other workers' traffic). The tuner
+// must move load off server 1 once, keep it off while the link stays slow
+// (the 15% is not a recovery), and give it back soon after the link
+// recovers, whatever trial is in progress then.
+func TestAutoByteServerRatesOffThePace(t *testing.T) {
+	const servers, bytes = 3, 100e6
+	rateAt := func(srv, k int) float64 {
+		if srv == 1 && k >= 40 && k < 80 {
+			return 31e6
+		}
+		return 125e6
+	}
+	a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inForce := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
+	var pending []tune.Proposal
+	shares := make([][]float64, 120)
+	for k := range 120 {
+		for len(pending) > 0 && pending[0].FromIteration <= k {
+			inForce, pending = pending[0].Config, pending[1:]
+		}
+		sh, err := inForce.ServerWeights.Shares(servers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares[k] = sh
+		var pace float64
+		for i := range servers {
+			pace = max(pace, sh[i]*bytes/rateAt(i, k))
+		}
+		g := make([]float64, servers)
+		for i := range g {
+			g[i] = rateAt(i, k) / 3 // one worker's part of the server's link
+			if sh[i]*bytes/rateAt(i, k) < 0.9*pace {
+				g[i] *= 1.15
+			}
+		}
+		s := tune.Stats{Iteration: k, IterationTimeS: 0.3 + pace, ForwardS: 0.1, BackwardS: 0.2, BandwidthBps: 125e6, Config: inForce,
+			ServerGoodputBps: g, ModelBytes: bytes, Tensors: 161, SizeSkew: 5, Workers: 3, Servers: servers, Arch: "ps"}
+		if p, ok := a.Observe(s); ok {
+			pending = append(pending, p)
+		}
+	}
+	off := func(k int) bool { return shares[k][1] < 0.5*shares[k][0] }
+	for k := 55; k < 80; k++ {
+		if !off(k) {
+			t.Fatalf("iteration %d, server 1 slow since 40: shares %.3f, want its load moved off (events %v)", k, shares[k], a.Events())
+		}
+	}
+	for k := 95; k < 120; k++ {
+		if slices.Max(shares[k]) > 1.1*slices.Min(shares[k]) {
+			t.Fatalf("iteration %d, server 1 recovered at 80: shares %.3f, want them even again (events %v)", k, shares[k], a.Events())
+		}
+	}
+}

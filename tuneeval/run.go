@@ -21,6 +21,11 @@ type Options struct {
 	// Quick runs QuickSuite instead of DefaultSuite, Long LongSuite and
 	// Links LinkSuite (at most one of them).
 	Quick, Long, Links bool
+	// Random, with Links, runs RandomLinkSuite(Random, Seed) instead of
+	// LinkSuite: scenarios drawn from the link suite's space that no one
+	// has looked at, the held-out check of the tuner's rule.
+	Random int
+	Seed   uint64
 	// Parallel is how many simulations run at once (>= 1).
 	Parallel int
 	// BOTrial is BO's TrialIterations (0: 20, a fifth of ByteScheduler's
@@ -43,6 +48,10 @@ func (o Options) Validate() error {
 		return fmt.Errorf("--parallel must be >= 1, got %d", o.Parallel)
 	case btoi(o.Quick)+btoi(o.Long)+btoi(o.Links) > 1:
 		return fmt.Errorf("--quick, --long and --links choose different suites; give at most one")
+	case o.Random < 0:
+		return fmt.Errorf("--random must be >= 0, got %d", o.Random)
+	case o.Random > 0 && !o.Links:
+		return fmt.Errorf("--random %d draws link scenarios; give it with --links", o.Random)
 	case o.BOTrial != 0 && o.BOTrial < 6:
 		return fmt.Errorf("--bo-trial must be >= 6 iterations (BO drops 5 per trial), got %d", o.BOTrial)
 	}
@@ -56,6 +65,8 @@ func (o Options) suite() []Scenario {
 		return QuickSuite()
 	case o.Long:
 		return LongSuite()
+	case o.Links && o.Random > 0:
+		return RandomLinkSuite(o.Random, o.Seed)
 	case o.Links:
 		return LinkSuite()
 	}
@@ -194,6 +205,8 @@ func Evaluate(o Options) (*Report, error) {
 		name = "quick"
 	case o.Long:
 		name = "long"
+	case o.Links && o.Random > 0:
+		name = fmt.Sprintf("links-random-%d-seed-%d", o.Random, o.Seed)
 	case o.Links:
 		name = "links"
 	}

@@ -6,6 +6,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -254,56 +255,12 @@ func TestLinkSuite(t *testing.T) {
 	models := map[string]bool{}
 	seen := map[string]bool{}
 	for _, s := range suite {
-		o, err := s.Options()
-		if err != nil {
-			t.Fatal(err)
-		}
-		models[s.Model] = true
-		if seen[s.Name] || s.Arch != "ps" || s.Workers < 8 || s.Workers > 32 || s.Servers < 4 || s.Servers > 8 || !s.Changing() {
-			t.Errorf("%s: %+v", s.Name, s)
+		if seen[s.Name] {
+			t.Errorf("two scenarios named %s", s.Name)
 		}
 		seen[s.Name] = true
-		if len(o.ServerLinkTraces) < 1 || len(o.ServerLinkTraces) > 2 {
-			t.Errorf("%s: %d slow servers", s.Name, len(o.ServerLinkTraces))
-		}
-		var slowest float64
-		for srv := range o.ServerLinkTraces {
-			for k := range s.Iterations {
-				slowest = max(slowest, o.BandwidthBps/o.ServerRateAt(srv, k))
-			}
-		}
-		if slowest < 4 || slowest > 10.01 {
-			t.Errorf("%s: the slowest link is 1/%.3g of the others, want 1/4 to 1/10", s.Name, slowest)
-		}
-		ph := s.Phases()
-		for srv, steps := range o.ServerLinkTraces {
-			for _, st := range steps {
-				if !slices.ContainsFunc(ph, func(p Phase) bool { return p.From == st.Iteration }) {
-					t.Errorf("%s: server %d's step at %d starts no phase (%v)", s.Name, srv, st.Iteration, ph)
-				}
-			}
-		}
-		ws := s.WeightCandidates()
-		if ws[0].Weighted() || len(ws) < 4 {
-			t.Fatalf("%s: weight candidates %v: want even weights first and at least 3 others", s.Name, ws)
-		}
-		// The ideal weights of the slowest phase are among them.
-		for _, p := range ph {
-			rates := make([]float64, o.Servers)
-			for i := range rates {
-				rates[i] = o.ServerRateAt(i, p.From)
-			}
-			w, err := sched.Weigh(rates)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Contains(ws, w) {
-				t.Errorf("%s: phase %v's ideal weights %v are not among %v", s.Name, p, w, ws)
-			}
-		}
-		if n := len(s.StaticCandidates()); n != len(ws)*len(Candidates()) {
-			t.Errorf("%s: %d static candidates, want the grid under each of %d weights", s.Name, n, len(ws))
-		}
+		models[s.Model] = true
+		checkLinkScenario(t, s)
 	}
 	for _, m := range []string{"resnet50", "vgg16", "bert-base", "gpt2"} {
 		if !models[m] {
@@ -318,6 +275,98 @@ func TestLinkSuite(t *testing.T) {
 	c := sched.Config{PartitionBytes: 1 << 20, CreditBytes: 4 << 20, Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{1000, 250}}
 	if got := ConfigString(c); !strings.HasSuffix(got, " w1000:250") {
 		t.Errorf("ConfigString(%+v) = %q, want the weights", c, got)
+	}
+}
+
+// checkLinkScenario checks that s is in the link suite's space: a
+// parameter-server job of 8-32 workers and 4-8 servers where one or two
+// server links run 4-10x slower, each step starting a phase, and that its
+// static baselines search the weights of every phase.
+func checkLinkScenario(t *testing.T, s Scenario) {
+	t.Helper()
+	o, err := s.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Arch != "ps" || s.Workers < 8 || s.Workers > 32 || s.Servers < 4 || s.Servers > 8 || !s.Changing() {
+		t.Errorf("%s: %+v", s.Name, s)
+	}
+	if len(o.ServerLinkTraces) < 1 || len(o.ServerLinkTraces) > 2 {
+		t.Errorf("%s: %d slow servers", s.Name, len(o.ServerLinkTraces))
+	}
+	var slowest float64
+	for srv := range o.ServerLinkTraces {
+		for k := range s.Iterations {
+			slowest = max(slowest, o.BandwidthBps/o.ServerRateAt(srv, k))
+		}
+	}
+	if slowest < 4 || slowest > 10.01 {
+		t.Errorf("%s: the slowest link is 1/%.3g of the others, want 1/4 to 1/10", s.Name, slowest)
+	}
+	ph := s.Phases()
+	for srv, steps := range o.ServerLinkTraces {
+		for _, st := range steps {
+			if !slices.ContainsFunc(ph, func(p Phase) bool { return p.From == st.Iteration }) {
+				t.Errorf("%s: server %d's step at %d starts no phase (%v)", s.Name, srv, st.Iteration, ph)
+			}
+		}
+	}
+	ws := s.WeightCandidates()
+	if ws[0].Weighted() || len(ws) < 4 {
+		t.Fatalf("%s: weight candidates %v: want even weights first and at least 3 others", s.Name, ws)
+	}
+	// The ideal weights of the slowest phase are among them.
+	for _, p := range ph {
+		rates := make([]float64, o.Servers)
+		for i := range rates {
+			rates[i] = o.ServerRateAt(i, p.From)
+		}
+		w, err := sched.Weigh(rates)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(ws, w) {
+			t.Errorf("%s: phase %v's ideal weights %v are not among %v", s.Name, p, w, ws)
+		}
+	}
+	if n := len(s.StaticCandidates()); n != len(ws)*len(Candidates()) {
+		t.Errorf("%s: %d static candidates, want the grid under each of %d weights", s.Name, n, len(ws))
+	}
+}
+
+// TestRandomLinkSuite: the held-out link scenarios are in the link suite's
+// space, uniquely named, drawn again alike from one seed and otherwise
+// from another; the space's options (two slow servers, no recovery, every
+// model) all come up.
+func TestRandomLinkSuite(t *testing.T) {
+	a, b, c := RandomLinkSuite(40, 1), RandomLinkSuite(40, 1), RandomLinkSuite(40, 2)
+	if len(a) != 40 || !reflect.DeepEqual(a, b) {
+		t.Fatalf("RandomLinkSuite(40, 1) is not reproducible")
+	}
+	if reflect.DeepEqual(a, c) {
+		t.Fatalf("seeds 1 and 2 drew the same suite")
+	}
+	seen := map[string]bool{}
+	models := map[string]bool{}
+	var two, stays int
+	for _, s := range a {
+		if seen[s.Name] {
+			t.Errorf("two scenarios named %s", s.Name)
+		}
+		seen[s.Name] = true
+		models[s.Model] = true
+		checkLinkScenario(t, s)
+		if len(s.LinkTraces) == 2 {
+			two++
+		}
+		for _, tr := range s.LinkTraces {
+			if !strings.Contains(tr, ",") {
+				stays++
+			}
+		}
+	}
+	if len(models) != 4 || two == 0 || stays == 0 {
+		t.Errorf("40 draws cover %d models, %d with two slow servers, %d slow links that stay slow: want 4 and some of each", len(models), two, stays)
 	}
 }
 

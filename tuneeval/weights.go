@@ -11,7 +11,11 @@ package tuneeval
 
 import (
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
@@ -136,4 +140,53 @@ func LinkSuite() []Scenario {
 func TestbedLinkScenario() Scenario {
 	return named([]Scenario{{Model: "resnet50", Arch: "ps", Workers: 3, Servers: 3, Bandwidth: "1Gbps", Kind: "testbed-server1-4x",
 		LinkTraces: map[string]string{"server1": "40:250Mbps,80:1Gbps"}, Iterations: 120}})[0]
+}
+
+// RandomLinkSuite draws n link scenarios from seed, the held-out check of
+// the tuner's rule: jobs of LinkSuite's kind that the rule was not tuned
+// on. Each is a parameter-server job of 3*linkPhase iterations:
+//
+//   - ResNet-50, VGG16, BERT-base or GPT-2 (even odds); 8, 16 or 32
+//     workers; 4 or 8 servers (even odds);
+//   - every link at 5-25 Gbps (log-uniform);
+//   - one server's link (two, at odds of 1 in 3, each drawn on its own)
+//     4-10x slower (log-uniform) from an iteration in [linkPhase/2,
+//     linkPhase] for linkPhase to 3*linkPhase/2 iterations (uniform), or to
+//     the end at odds of 1 in 4.
+//
+// The space was fixed before any of these scenarios was run. Names are
+// lNN-MODEL-Nw-Ms-serverA-Fx[-serverB-Gx].
+func RandomLinkSuite(n int, seed uint64) []Scenario {
+	rng := rand.New(rand.NewPCG(seed, 0x6c696e6b)) // "link"
+	logU := func(lo, hi float64) float64 { return lo * math.Exp(rng.Float64()*math.Log(hi/lo)) }
+	g := func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }
+	models := []string{"resnet50", "vgg16", "bert-base", "gpt2"}
+	const iters = 3 * linkPhase
+	out := make([]Scenario, 0, n)
+	for i := range n {
+		s := Scenario{Model: models[rng.IntN(len(models))], Arch: "ps", Iterations: iters,
+			Workers: []int{8, 16, 32}[rng.IntN(3)], Servers: []int{4, 8}[rng.IntN(2)], LinkTraces: map[string]string{}}
+		rate := logU(5, 25) // Gbps
+		s.Bandwidth = g(rate) + "Gbps"
+		slow := 1
+		if rng.IntN(3) == 0 {
+			slow = 2
+		}
+		servers := rng.Perm(s.Servers)[:slow]
+		var kind []string
+		for _, srv := range servers {
+			f := logU(4, 10)
+			from := linkPhase/2 + rng.IntN(linkPhase/2+1)
+			trace := fmt.Sprintf("%d:%sGbps", from, g(rate/f))
+			if rng.IntN(4) != 0 {
+				trace += fmt.Sprintf(",%d:%sGbps", from+linkPhase+rng.IntN(linkPhase/2+1), g(rate))
+			}
+			s.LinkTraces[fmt.Sprintf("server%d", srv)] = trace
+			kind = append(kind, fmt.Sprintf("server%d-%sx", srv, g(f)))
+		}
+		s.Kind = strings.Join(kind, "-")
+		s.Name = fmt.Sprintf("l%02d-%s-%dw-%ds-%s", i, s.Model, s.Workers, s.Servers, s.Kind)
+		out = append(out, s)
+	}
+	return out
 }

@@ -23,6 +23,7 @@ tuner's candidate grid). It writes results.md, results.json and, per scenario,
 NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 		Example: `  autobyte tune eval --out eval/
   autobyte tune eval --quick --out /tmp/eval
+  autobyte tune eval --links --random 4 --seed 7 --out eval-links-heldout/
   autobyte tune eval --long --out eval-long/   # BO at its released timing, 3,000-iteration runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -42,6 +43,8 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 	fs.StringVar(&o.Out, "out", "tune-eval", "directory for results.md, results.json and the PNG plots")
 	fs.BoolVar(&o.Quick, "quick", false, "run the small quick suite (2 short scenarios) instead of the default one")
 	fs.BoolVar(&o.Links, "links", false, "run the link suite (8 parameter-server jobs where one or two server links slow 4-10x for a third of the run; the static baselines search server weights too) instead of the default one")
+	fs.IntVar(&o.Random, "random", 0, "with --links: run this many link scenarios drawn from --seed (tuneeval.RandomLinkSuite, the held-out check) instead of the link suite")
+	fs.Uint64Var(&o.Seed, "seed", 1, "seed of --random's scenarios")
 	fs.BoolVar(&o.Long, "long", false, "run the long suite (2 scenarios of 3,000 iterations; bo at its released 100-iteration trials, frozen after 1,650) instead of the default one")
 	fs.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick; 100 with --long); the apply delay is max(2, this/10)")
