@@ -306,7 +306,11 @@ func Select(suite []Scenario, only string) ([]Scenario, error) {
 		n = strings.TrimSpace(n)
 		i := slices.IndexFunc(suite, func(s Scenario) bool { return s.Name == n })
 		if i < 0 {
-			return nil, fmt.Errorf("--only: unknown scenario %q", n)
+			names := make([]string, len(suite))
+			for j, s := range suite {
+				names[j] = s.Name
+			}
+			return nil, fmt.Errorf("--only: unknown scenario %q (the suite's: %s)", n, strings.Join(names, ", "))
 		}
 		out = append(out, suite[i])
 	}

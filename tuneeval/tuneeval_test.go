@@ -166,6 +166,10 @@ func TestBadOptions(t *testing.T) {
 		{Options{Out: "x", Parallel: 1, Quick: true, Long: true}, "--quick, --long and --links"},
 		{Options{Out: "x", Parallel: 1, Links: true, Long: true}, "give at most one"},
 		{Options{Out: "x", Parallel: 1, Long: true, Only: "resnet50-ps-8w-change"}, `unknown scenario "resnet50-ps-8w-change"`},
+		{Options{Out: "x", Parallel: 1, Links: true, Only: "nope"}, "(the suite's: resnet50-ps-16w-server1-10x, "},
+		{Options{Out: "x", Parallel: 1, Random: -1, Links: true}, "--random must be >= 0, got -1"},
+		{Options{Out: "x", Parallel: 1, Random: 3}, "--random 3 draws link scenarios; give it with --links"},
+		{Options{Out: "x", Parallel: 1, Random: 2, Seed: 5, Links: true, Only: "resnet50-ps-16w-server1-10x"}, `unknown scenario "resnet50-ps-16w-server1-10x" (the suite's: l00-`},
 	} {
 		err := c.o.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
