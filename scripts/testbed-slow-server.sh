@@ -17,6 +17,8 @@
 # ('autobyte tune gap --links'), the same partition and credit with even
 # weights, and ByteScheduler's default (4MB/16MB) with the best weights and
 # with even ones. Raw JSON goes to $OUT (default /tmp/testbed-slow-server).
+# REUSE=DIR takes the static runs from an earlier $OUT instead of running
+# them again (after a change to the tuner only; the table says so).
 # See docs/tuner-eval.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -67,6 +69,11 @@ done
 for r in $(seq 1 "$repeats"); do
   for run in "${runs[@]}"; do
     f="$out/$(tag_of "$run")-$r.json"
+    if [[ -n ${REUSE:-} && $run != autobyte ]]; then
+      cp "$REUSE/$(tag_of "$run")-$r.json" "$f"
+      echo "run $run: reused from $REUSE"
+      continue
+    fi
     # shellcheck disable=SC2046
     $ab launch --testbed $bed "${job[@]}" $(flags_of "$run") --json > "$f" 2> "$out/$(tag_of "$run")-$r.err"
     python3 - "$f" "$run" <<'EOF'
