@@ -236,7 +236,6 @@ type AutoByte struct {
 	// that mix the two rates, and then no later window is far enough
 	// above it.
 	basis, prevBasis []float64
-	nextBasis        []float64 // the rates of rebalanced's last proposal
 }
 
 // measuredConfig is one configuration measured during a verification.
@@ -394,9 +393,9 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		// several trials' worth of iterations at the wrong weights. What
 		// was being measured is dropped (it was measured under other
 		// conditions).
-		if c, gain, ok := a.rebalanced(st); ok {
+		if c, gain, rates, ok := a.rebalanced(st); ok {
 			a.trying, a.verifying, a.queue, a.measured = false, false, a.queue[:0], a.measured[:0]
-			return a.rebalance(it, c, gain, st), true
+			return a.rebalance(it, c, gain, rates, st), true
 		}
 	}
 	if a.trying || a.verifying {
@@ -415,8 +414,8 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	// must not wait for the next search (nor for the change detector,
 	// which takes a link that slows down as a configuration takes effect
 	// for the configuration's doing).
-	if c, gain, ok := a.rebalanced(st); ok {
-		return a.rebalance(it, c, gain, st), true
+	if c, gain, rates, ok := a.rebalanced(st); ok {
+		return a.rebalance(it, c, gain, rates, st), true
 	}
 	if it < a.nextSearch {
 		return Proposal{}, false
@@ -499,13 +498,13 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 }
 
 // rebalance puts c, the configuration in force with new server weights
-// (predicted gain gain), on trial against the one in force, measured as
-// st: it must be RebalanceKeep faster to stay.
-func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, st Stats) Proposal {
+// chosen from rates (predicted gain gain), on trial against the one in
+// force, measured as st: it must be RebalanceKeep faster to stay.
+func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, rates []float64, st Stats) Proposal {
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
 	a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
 	a.trialTolerance = -a.o.RebalanceKeep
-	a.prevBasis, a.basis = a.basis, a.nextBasis
+	a.prevBasis, a.basis = a.basis, rates
 	return a.propose(it, c)
 }
 
@@ -523,16 +522,17 @@ func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, st Stats) Pro
 // tuner remembers each server's rate from the last time it set the pace
 // under the current conditions, and takes a server it never saw at the
 // pace (or that now runs recoverTolerance faster than it did at the
-// pace: it recovered) to be as fast as the fastest seen: if it is not, it sets the pace after
-// the trial and is measured then.
-func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
+// pace: it recovered) to be as fast as the fastest seen: if it is not,
+// it sets the pace after the trial and is measured then. It also returns
+// the rates the weights were chosen from.
+func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, []float64, bool) {
 	n := st.Servers
 	if a.o.FixedWeights || a.rebalanceReverts >= maxRebalanceReverts || n < 2 || n > sched.MaxWeightedServers {
-		return sched.Config{}, 0, false
+		return sched.Config{}, 0, nil, false
 	}
 	shares, g, ok := a.learnRates(st)
 	if !ok {
-		return sched.Config{}, 0, false
+		return sched.Config{}, 0, nil, false
 	}
 	var fastest float64
 	for i := range g {
@@ -551,11 +551,11 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 	}
 	gain := 1 - (1/total)/worst
 	if gain < a.o.RebalanceGain {
-		return sched.Config{}, 0, false
+		return sched.Config{}, 0, nil, false
 	}
 	w, err := sched.Weigh(rates)
 	if err != nil {
-		return sched.Config{}, 0, false
+		return sched.Config{}, 0, nil, false
 	}
 	if slices.Max(rates) <= slices.Min(rates)*(1+a.o.WeightsEven) {
 		w = sched.ServerWeights{}
@@ -563,10 +563,9 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, bool) {
 	c := a.current
 	c.ServerWeights = w
 	if c == a.current || a.tabu[c] {
-		return sched.Config{}, 0, false
+		return sched.Config{}, 0, nil, false
 	}
-	a.nextBasis = rates
-	return c, gain, true
+	return c, gain, rates, true
 }
 
 // paceTolerance is how close to the slowest server's time (share over

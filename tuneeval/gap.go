@@ -125,9 +125,9 @@ func GapSuite() []Scenario {
 // changes.
 func RandomGapSuite(n int, seed uint64) []Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x676170)) // "gap"
-	logU := func(lo, hi float64) float64 { return lo * math.Exp(rng.Float64()*math.Log(hi/lo)) }
+	logU := func(lo, hi float64) float64 { return logUniform(rng, lo, hi) }
 	models := slices.DeleteFunc(model.Zoo(), func(m string) bool { return m == "toy3" })
-	g := func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }
+	g := threeDigits
 	out := make([]Scenario, 0, n)
 	for i := range n {
 		s := Scenario{Model: models[rng.IntN(len(models))], Arch: "ps", Iterations: 3 * randomPhase}
@@ -158,6 +158,15 @@ func RandomGapSuite(n int, seed uint64) []Scenario {
 	}
 	return out
 }
+
+// logUniform draws from [lo, hi) with a uniform logarithm.
+func logUniform(rng *rand.Rand, lo, hi float64) float64 {
+	return lo * math.Exp(rng.Float64()*math.Log(hi/lo))
+}
+
+// threeDigits formats x with 3 significant digits, for drawn scenarios'
+// rates and factors.
+func threeDigits(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }
 
 // randomPhase is the length of each of a RandomGapSuite scenario's three
 // phases, in iterations.

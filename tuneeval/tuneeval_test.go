@@ -256,16 +256,7 @@ func TestLinkSuite(t *testing.T) {
 	if len(suite) != 8 {
 		t.Fatalf("%d scenarios, want 8", len(suite))
 	}
-	models := map[string]bool{}
-	seen := map[string]bool{}
-	for _, s := range suite {
-		if seen[s.Name] {
-			t.Errorf("two scenarios named %s", s.Name)
-		}
-		seen[s.Name] = true
-		models[s.Model] = true
-		checkLinkScenario(t, s)
-	}
+	models := checkLinkSuite(t, suite)
 	for _, m := range []string{"resnet50", "vgg16", "bert-base", "gpt2"} {
 		if !models[m] {
 			t.Errorf("no %s scenario", m)
@@ -280,6 +271,24 @@ func TestLinkSuite(t *testing.T) {
 	if got := ConfigString(c); !strings.HasSuffix(got, " w1000:250") {
 		t.Errorf("ConfigString(%+v) = %q, want the weights", c, got)
 	}
+}
+
+// checkLinkSuite checks that suite's names are unique and that each of
+// its scenarios is in the link suite's space (checkLinkScenario); it
+// returns the models the suite uses.
+func checkLinkSuite(t *testing.T, suite []Scenario) map[string]bool {
+	t.Helper()
+	models := map[string]bool{}
+	seen := map[string]bool{}
+	for _, s := range suite {
+		if seen[s.Name] {
+			t.Errorf("two scenarios named %s", s.Name)
+		}
+		seen[s.Name] = true
+		models[s.Model] = true
+		checkLinkScenario(t, s)
+	}
+	return models
 }
 
 // checkLinkScenario checks that s is in the link suite's space: a
@@ -350,16 +359,9 @@ func TestRandomLinkSuite(t *testing.T) {
 	if reflect.DeepEqual(a, c) {
 		t.Fatalf("seeds 1 and 2 drew the same suite")
 	}
-	seen := map[string]bool{}
-	models := map[string]bool{}
+	models := checkLinkSuite(t, a)
 	var two, stays int
 	for _, s := range a {
-		if seen[s.Name] {
-			t.Errorf("two scenarios named %s", s.Name)
-		}
-		seen[s.Name] = true
-		models[s.Model] = true
-		checkLinkScenario(t, s)
 		if len(s.LinkTraces) == 2 {
 			two++
 		}

@@ -11,10 +11,8 @@ package tuneeval
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/autobyte/autobyte/sched"
@@ -158,8 +156,8 @@ func TestbedLinkScenario() Scenario {
 // lNN-MODEL-Nw-Ms-serverA-Fx[-serverB-Gx].
 func RandomLinkSuite(n int, seed uint64) []Scenario {
 	rng := rand.New(rand.NewPCG(seed, 0x6c696e6b)) // "link"
-	logU := func(lo, hi float64) float64 { return lo * math.Exp(rng.Float64()*math.Log(hi/lo)) }
-	g := func(x float64) string { return strconv.FormatFloat(x, 'g', 3, 64) }
+	logU := func(lo, hi float64) float64 { return logUniform(rng, lo, hi) }
+	g := threeDigits
 	models := []string{"resnet50", "vgg16", "bert-base", "gpt2"}
 	const iters = 3 * linkPhase
 	out := make([]Scenario, 0, n)
