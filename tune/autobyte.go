@@ -89,19 +89,24 @@ type AutoByteOptions struct {
 	CompressionGain float64
 	// FixedWeights leaves the parameter servers' weights in force alone
 	// (the fourth knob). Otherwise, on a job of two or more servers, the
-	// tuner moves load between them as it measures them: after every
-	// measured window (a trial or verification in progress is dropped for
-	// it), if giving each server a share of the bytes proportional to
-	// its measured goodput (Stats.ServerGoodputBps) would cut the slowest
-	// server's time by at least RebalanceGain (default 0.1), it tries
-	// those weights, and keeps them only if the job is RebalanceKeep
-	// (default 0.01) faster. Rates within WeightsEven (default 0.5) of one
-	// another give even weights: servers of one speed measure up to 45%
-	// apart (which pieces each holds, in which order), and chasing that
-	// only delays the search of partition and credit; a server slower
-	// than that is what the knob is for. After
-	// three rebalances reverted in a row the tuner stops trying until
-	// conditions change.
+	// tuner moves load between them as it measures them. After every
+	// measured window, if giving each server a share of the bytes
+	// proportional to its measured rate (its goodput,
+	// Stats.ServerGoodputBps, while it sets the pace) would cut the
+	// slowest server's time by at least RebalanceGain (default 0.1; Margin
+	// for a return to even weights, or to give a relieved server that
+	// recovered more), it tries those weights, and keeps them only if the
+	// job is RebalanceKeep (default 0.01) faster. Where response times
+	// are measured (Stats.ServerResponseS), one iteration in which a
+	// single server's response time doubles or halves against the window
+	// is enough: the tuner rebalances from that iteration alone, even
+	// while a trial, a verification or a proposal not yet in force is
+	// under way (which is dropped). Rates within WeightsEven (default 0.5)
+	// of one another give even weights: servers of one speed measure up to
+	// 45% apart (which pieces each holds, in which order), and chasing
+	// that only delays the search of partition and credit; a server slower
+	// than that is what the knob is for. After three rebalances reverted
+	// in a row the tuner stops trying until conditions change.
 	FixedWeights  bool
 	RebalanceGain float64
 	RebalanceKeep float64
@@ -236,6 +241,10 @@ type AutoByte struct {
 	// that mix the two rates, and then no later window is far enough
 	// above it.
 	basis, prevBasis []float64
+	// lastWindow is the window of the configuration in force before the
+	// last proposal, which followNow compares iterations with until the
+	// proposal takes effect.
+	lastWindow []Stats
 }
 
 // measuredConfig is one configuration measured during a verification.
@@ -374,6 +383,15 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		a.measureFrom = max(it, a.measureFrom)
 		a.nextSearch = it
 	}
+	// A server whose link changed in this one iteration is followed at
+	// once, before a window of iterations is in, and even while a
+	// proposal is still to take effect: each iteration at the old weights
+	// with a link at a fraction of its rate costs several iterations'
+	// worth (a mean over a window that mixes the two rates hides it for
+	// as long as the window).
+	if p, ok := a.followNow(it, s); ok {
+		return p, true
+	}
 	if it < a.measureFrom {
 		return Proposal{}, false
 	}
@@ -387,15 +405,16 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	n := a.measureCount()
 	recent := a.window[max(0, len(a.window)-n):]
 	st := MeanStats(recent)
-	if (a.trying || a.verifying) && !a.rebalancing {
+	if (a.trying || a.verifying) && !a.rebalancing && len(st.ServerResponseS) == 0 {
 		// A server link that changes during a trial or a verification is
 		// followed at once: waiting for the end of a verification costs
-		// several trials' worth of iterations at the wrong weights. What
-		// was being measured is dropped (it was measured under other
-		// conditions).
-		if c, gain, rates, ok := a.rebalanced(st); ok {
-			a.trying, a.verifying, a.queue, a.measured = false, false, a.queue[:0], a.measured[:0]
-			return a.rebalance(it, c, gain, rates, st), true
+		// several trials' worth of iterations at the wrong weights. Where
+		// response times are measured, followNow does it for a server whose
+		// response time changed; without them, any rebalance the window
+		// calls for interrupts (a trial of another partition moves the
+		// servers' goodputs too, so this is the coarser rule).
+		if c, gain, rates, _, ok := a.rebalanced(st, a.settled()); ok {
+			return a.preempt(it, c, gain, rates, st), true
 		}
 	}
 	if a.trying || a.verifying {
@@ -414,7 +433,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	// must not wait for the next search (nor for the change detector,
 	// which takes a link that slows down as a configuration takes effect
 	// for the configuration's doing).
-	if c, gain, rates, ok := a.rebalanced(st); ok {
+	if c, gain, rates, _, ok := a.rebalanced(st, a.current); ok {
 		return a.rebalance(it, c, gain, rates, st), true
 	}
 	if it < a.nextSearch {
@@ -497,6 +516,109 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	return a.propose(it, a.prev), true
 }
 
+// fastRebalanceGain is the predicted gain from one iteration's statistics
+// at which the tuner rebalances without waiting for a window: a server
+// this far off the pace is not the noise of one iteration (servers of one
+// speed measure within WeightsEven of one another, which gives even
+// weights and no gain).
+const fastRebalanceGain = 0.3
+
+// followNow rebalances from iteration it's statistics s alone if they
+// predict fastRebalanceGain or more; the servers' remembered rates are
+// left as they were otherwise.
+func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
+	if (a.rebalancing && s.Config != a.current) || !a.serverChanged(s) {
+		// (new weights are on their way already)
+		return Proposal{}, false
+	}
+	busy := a.trying || a.verifying
+	base := a.current
+	if busy {
+		base = a.settled()
+	}
+	saved := slices.Clone(a.rates)
+	c, gain, rates, raised, ok := a.rebalanced(s, base)
+	if !ok || (gain < fastRebalanceGain && !raised) {
+		a.rates = saved
+		return Proposal{}, false
+	}
+	if busy {
+		return a.preempt(it, c, gain, rates, s), true
+	}
+	return a.rebalance(it, c, gain, rates, s), true
+}
+
+// serverChanged says whether s shows one server's response time (push to
+// answer) at twice or more, or half or less, of its mean over the window
+// (measured under the same configuration) while the other servers'
+// median stayed within half of theirs: that server's link changed, not
+// the network or the compute. The response time tells it where goodput
+// does not: a server that sets the pace holds every worker back, so every
+// server's goodput falls with it, while only its own pushes queue at its
+// link. Each server is compared with itself, since servers of one speed
+// measure apart under some configurations (which pieces each holds), and
+// that does not change from one iteration to the next.
+func (a *AutoByte) serverChanged(s Stats) bool {
+	n := len(s.ServerResponseS)
+	window := a.window
+	if s.Config != a.current {
+		window = a.lastWindow // a proposal is not in force yet
+	}
+	if n < 2 || len(window) == 0 {
+		return false
+	}
+	before := make([]float64, n)
+	for _, w := range window {
+		if w.Config != s.Config || len(w.ServerResponseS) != n {
+			return false
+		}
+		for i, r := range w.ServerResponseS {
+			before[i] += r / float64(len(window))
+		}
+	}
+	ratios := make([]float64, n)
+	for i, r := range s.ServerResponseS {
+		if !(before[i] > 0) || !(r > 0) {
+			return false
+		}
+		ratios[i] = r / before[i]
+	}
+	slices.Sort(ratios)
+	// The others' responses may fall when one server slows (fewer of
+	// their pushes arrive at once) and rise when one recovers: only a move
+	// of theirs the same way says the change is not that server's.
+	slowed := ratios[n-1] >= 2 && ratios[:n-1][(n-1)/2] <= 1.5
+	recovered := ratios[0] <= 0.5 && ratios[1:][(n-1)/2] >= 1/1.5
+	return slowed || recovered
+}
+
+// settled is the configuration a trial or verification in progress is
+// measured against: the one in force before it.
+func (a *AutoByte) settled() sched.Config {
+	switch {
+	case a.verifying && len(a.measured) > 0:
+		return a.measured[0].cfg
+	case a.trying:
+		return a.prev
+	}
+	return a.current
+}
+
+// preempt drops the trial or verification in progress (it was measured
+// under other conditions, and what it tried was never judged) and puts c,
+// the configuration it was measured against with new server weights, on
+// trial instead.
+func (a *AutoByte) preempt(it int, c sched.Config, gain float64, rates []float64, st Stats) Proposal {
+	before := a.settled()
+	if a.rebalancing {
+		a.basis, a.rebalancing = a.prevBasis, false // the weights on trial are dropped
+	}
+	a.trying, a.verifying, a.queue, a.measured = false, false, a.queue[:0], a.measured[:0]
+	p := a.rebalance(it, c, gain, rates, st)
+	a.prev = before // a revert goes back to what the trial was measured against
+	return p
+}
+
 // rebalance puts c, the configuration in force with new server weights
 // chosen from rates (predicted gain gain), on trial against the one in
 // force, measured as st: it must be RebalanceKeep faster to stay.
@@ -518,27 +640,31 @@ func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, rates []float
 // rate only while it sets the pace (its time is within paceTolerance, 10%, of the
 // slowest server's): one with slack to spare is held back by the others
 // (its shards wait for the workers' pushes, which wait for the slowest
-// server), so its goodput says only that it is at least that fast. The
-// tuner remembers each server's rate from the last time it set the pace
-// under the current conditions, and takes a server it never saw at the
-// pace (or that now runs recoverTolerance faster than it did at the
-// pace: it recovered) to be as fast as the fastest seen: if it is not,
-// it sets the pace after the trial and is measured then. It also returns
-// the rates the weights were chosen from.
-func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, []float64, bool) {
+// server), so its goodput says only that it is at least that fast; where
+// response times are measured, one whose pushes are answered in less than
+// responsePace of the longest response has slack too. The tuner remembers
+// each server's rate from the last time it set the pace under the current
+// conditions, and takes a server it never saw at the pace to be as fast as
+// the fastest seen: if it is not, it sets the pace after the trial and is
+// measured then. One that now runs faster than it did at the pace (by
+// recoverTolerance, or by anything if it has slack by its response time)
+// recovered: it is presumed recoverTolerance faster still (raised), so that
+// each rebalance gives it more. It also returns the rates the weights were
+// chosen from.
+func (a *AutoByte) rebalanced(st Stats, base sched.Config) (c sched.Config, gain float64, rates []float64, raised, ok bool) {
 	n := st.Servers
 	if a.o.FixedWeights || a.rebalanceReverts >= maxRebalanceReverts || n < 2 || n > sched.MaxWeightedServers {
-		return sched.Config{}, 0, nil, false
+		return sched.Config{}, 0, nil, false, false
 	}
-	shares, g, ok := a.learnRates(st)
+	shares, g, raised, ok := a.learnRates(st)
 	if !ok {
-		return sched.Config{}, 0, nil, false
+		return sched.Config{}, 0, nil, false, false
 	}
 	var fastest float64
 	for i := range g {
 		fastest = max(fastest, a.rates[i], g[i])
 	}
-	rates := make([]float64, n)
+	rates = make([]float64, n)
 	var total, worst float64
 	for i := range rates {
 		rates[i] = a.rates[i]
@@ -549,28 +675,41 @@ func (a *AutoByte) rebalanced(st Stats) (sched.Config, float64, []float64, bool)
 		total += rates[i]
 		worst = max(worst, shares[i]/rates[i])
 	}
-	gain := 1 - (1/total)/worst
-	if gain < a.o.RebalanceGain {
-		return sched.Config{}, 0, nil, false
-	}
+	gain = 1 - (1/total)/worst
 	w, err := sched.Weigh(rates)
 	if err != nil {
-		return sched.Config{}, 0, nil, false
+		return sched.Config{}, 0, nil, false, false
+	}
+	least := a.o.RebalanceGain
+	if raised {
+		// Giving a relieved server that recovered its load back needs only
+		// the margin of any other trial: it shows little gain while its
+		// share is small.
+		least = a.o.Margin
 	}
 	if slices.Max(rates) <= slices.Min(rates)*(1+a.o.WeightsEven) {
-		w = sched.ServerWeights{}
+		// Even weights: servers of one speed.
+		w, least = sched.ServerWeights{}, a.o.Margin
 	}
-	c := a.current
+	if gain < least {
+		return sched.Config{}, 0, nil, false, false
+	}
+	c = base
 	c.ServerWeights = w
-	if c == a.current || a.tabu[c] {
-		return sched.Config{}, 0, nil, false
+	if w == base.ServerWeights || c == a.current || a.tabu[c] {
+		return sched.Config{}, 0, nil, false, false
 	}
-	return c, gain, rates, true
+	return c, gain, rates, raised, true
 }
 
 // paceTolerance is how close to the slowest server's time (share over
 // goodput) a server's must be for it to count as setting the pace.
 const paceTolerance = 0.1
+
+// responsePace is the least fraction of the longest response time (push
+// to answer) among the servers that a server's must reach for it to count
+// as setting the pace.
+const responsePace = 0.5
 
 // recoverTolerance is how much faster than remembered a server off the
 // pace must run to count as recovered. A server with slack shows more
@@ -589,35 +728,62 @@ const maxRebalanceReverts = 3
 // (measured under st.Config's weights), forgets any that now runs faster
 // than remembered, and returns st's shares and goodputs; ok is false if
 // some server was not measured.
-func (a *AutoByte) learnRates(st Stats) (shares, g []float64, ok bool) {
+func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 	n := st.Servers
 	if n < 2 || len(st.ServerGoodputBps) != n {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	shares, err := st.Config.ServerWeights.Shares(n)
 	if err != nil {
-		return nil, nil, false
+		return nil, nil, false, false
 	}
 	g = st.ServerGoodputBps
 	var slowest float64 // the largest share per goodput: the pace
 	for i := range g {
 		if !(g[i] > 0) || math.IsInf(g[i], 0) {
-			return nil, nil, false // a server not measured: nothing to go by
+			return nil, nil, false, false // a server not measured: nothing to go by
 		}
 		slowest = max(slowest, shares[i]/g[i])
+	}
+	// The response times, where measured, single out the server that
+	// sets the pace: it holds every worker back, so the others' goodput
+	// falls near its own, while only its pushes wait long for answers.
+	resp := st.ServerResponseS
+	var longest float64
+	if len(resp) == n {
+		longest = slices.Max(resp)
 	}
 	if len(a.rates) != n {
 		a.rates = make([]float64, n)
 	}
+	var top float64 // the fastest rate known
 	for i := range g {
+		top = max(top, a.rates[i], g[i])
+	}
+	for i := range g {
+		idle := longest > 0 && resp[i] < longest*responsePace
+		tolerance := recoverTolerance
+		if idle {
+			// Its pushes are answered at once: the slack is its own, and
+			// any goodput above its remembered rate is the link's.
+			tolerance = 0
+		}
 		switch {
-		case shares[i]/g[i] >= slowest*(1-paceTolerance):
+		case shares[i]/g[i] >= slowest*(1-paceTolerance) && !idle:
 			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
-		case g[i] > a.recoveryFloor(i)*(1+recoverTolerance):
-			a.rates[i] = 0 // well faster than it was at the pace: it recovered
+		case a.rates[i] > 0 && g[i] > a.recoveryFloor(i)*(1+tolerance):
+			// Faster than it was at the pace: its link recovered, by at
+			// least that much. It is presumed recoverTolerance faster
+			// again (up to the fastest server), so that each rebalance
+			// gives it more until it sets the pace or runs at the others'
+			// rate; presuming it back at full speed puts the whole slow
+			// phase back on it when a server given less than its rate
+			// shows the slack as a recovery.
+			a.rates[i] = min(g[i]*(1+recoverTolerance), top)
+			raised = raised || a.rates[i] > a.recoveryFloor(i)
 		}
 	}
-	return shares, g, true
+	return shares, g, raised, true
 }
 
 // recoveryFloor is the rate server i must beat by recoverTolerance to
@@ -840,6 +1006,9 @@ func (a *AutoByte) propose(it int, c sched.Config) Proposal {
 	from := it + Lead
 	a.current, a.pending = c, from
 	a.measureFrom = from + a.o.Warmup
+	if len(a.window) > 0 {
+		a.lastWindow = append(a.lastWindow[:0], a.window...)
+	}
 	a.window = a.window[:0]
 	return Proposal{Config: c, FromIteration: from}
 }

@@ -421,30 +421,20 @@ func mean(xs []float64) float64 {
 	return s / float64(len(xs))
 }
 
-// TestAutoByteServerRatesOffThePace drives the tuner with a job whose
-// servers behave as they did on the testbed (3 workers, 3 servers, server
-// 1's link at a quarter from iteration 40 to 80): a server that sets the
-// pace shows its link rate as goodput, one with slack to spare shows up to
-// 15% more (its shards meet less of the other workers' traffic). The tuner
-// must move load off server 1 once, keep it off while the link stays slow
-// (the 15% is not a recovery), and give it back soon after the link
-// recovers, whatever trial is in progress then.
-func TestAutoByteServerRatesOffThePace(t *testing.T) {
+// syntheticServers drives a with a job of 3 workers and servers whose
+// statistics behave as they did on the testbed: a server that sets the
+// pace shows its link rate as goodput (one worker's third of it), one with
+// slack to spare shows up to 15% more (its shards meet less of the other
+// workers' traffic). With responses, each server's response time is its
+// own part of the iteration (its share over its rate) plus 10 ms. It
+// returns each iteration's shares in force.
+func syntheticServers(t *testing.T, a *tune.AutoByte, iterations int, rateAt func(srv, k int) float64, responses bool) [][]float64 {
+	t.Helper()
 	const servers, bytes = 3, 100e6
-	rateAt := func(srv, k int) float64 {
-		if srv == 1 && k >= 40 && k < 80 {
-			return 31e6
-		}
-		return 125e6
-	}
-	a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	inForce := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
 	var pending []tune.Proposal
-	shares := make([][]float64, 120)
-	for k := range 120 {
+	shares := make([][]float64, iterations)
+	for k := range iterations {
 		for len(pending) > 0 && pending[0].FromIteration <= k {
 			inForce, pending = pending[0].Config, pending[1:]
 		}
@@ -458,27 +448,101 @@ func TestAutoByteServerRatesOffThePace(t *testing.T) {
 			pace = max(pace, sh[i]*bytes/rateAt(i, k))
 		}
 		g := make([]float64, servers)
+		var resp []float64
 		for i := range g {
 			g[i] = rateAt(i, k) / 3 // one worker's part of the server's link
 			if sh[i]*bytes/rateAt(i, k) < 0.9*pace {
 				g[i] *= 1.15
 			}
+			if responses {
+				resp = append(resp, 0.01+sh[i]*bytes/rateAt(i, k))
+			}
 		}
 		s := tune.Stats{Iteration: k, IterationTimeS: 0.3 + pace, ForwardS: 0.1, BackwardS: 0.2, BandwidthBps: 125e6, Config: inForce,
-			ServerGoodputBps: g, ModelBytes: bytes, Tensors: 161, SizeSkew: 5, Workers: 3, Servers: servers, Arch: "ps"}
+			ServerGoodputBps: g, ServerResponseS: resp, ModelBytes: bytes, Tensors: 161, SizeSkew: 5, Workers: 3, Servers: servers, Arch: "ps"}
 		if p, ok := a.Observe(s); ok {
 			pending = append(pending, p)
 		}
 	}
-	off := func(k int) bool { return shares[k][1] < 0.5*shares[k][0] }
-	for k := 55; k < 80; k++ {
-		if !off(k) {
-			t.Fatalf("iteration %d, server 1 slow since 40: shares %.3f, want its load moved off (events %v)", k, shares[k], a.Events())
+	return shares
+}
+
+// TestAutoByteFollowsAtOnce: where response times are measured, a server
+// whose link slows is followed from the first slow iteration (the new
+// weights are in force Lead iterations later), while a slowdown of every
+// link is not taken for a server's. Without response times the tuner
+// waits for a window of slow iterations: the negative control that the
+// timing check can fail.
+func TestAutoByteFollowsAtOnce(t *testing.T) {
+	const from = 40
+	oneSlow := func(srv, k int) float64 {
+		if srv == 1 && k >= from {
+			return 31e6
+		}
+		return 125e6
+	}
+	allSlow := func(srv, k int) float64 {
+		if k >= from {
+			return 31e6
+		}
+		return 125e6
+	}
+	run := func(rateAt func(srv, k int) float64, responses bool) ([][]float64, *tune.AutoByte) {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return syntheticServers(t, a, 70, rateAt, responses), a
+	}
+	off := func(sh []float64) bool { return sh[1] < 0.5*sh[0] }
+	shares, a := run(oneSlow, true)
+	if k := from + tune.Lead; !off(shares[k]) {
+		t.Errorf("iteration %d, server 1 slow since %d: shares %.3f, want its load moved off (events %v)", k, from, shares[k], a.Events())
+	}
+	shares, a = run(oneSlow, false)
+	if k := from + tune.Lead; off(shares[k]) {
+		t.Errorf("without response times, iteration %d: shares %.3f, want the weights of before (the window is not in yet; events %v)", k, shares[k], a.Events())
+	}
+	if k := from + 15; !off(shares[k]) {
+		t.Errorf("without response times, iteration %d: shares %.3f, want server 1's load moved off by then (events %v)", k, shares[k], a.Events())
+	}
+	shares, a = run(allSlow, true)
+	for k := from; k < len(shares); k++ {
+		if slices.Max(shares[k]) > 1.1*slices.Min(shares[k]) {
+			t.Fatalf("iteration %d, every link slow since %d: shares %.3f, want them even (events %v)", k, from, shares[k], a.Events())
 		}
 	}
-	for k := 95; k < 120; k++ {
-		if slices.Max(shares[k]) > 1.1*slices.Min(shares[k]) {
-			t.Fatalf("iteration %d, server 1 recovered at 80: shares %.3f, want them even again (events %v)", k, shares[k], a.Events())
+}
+
+// TestAutoByteServerRatesOffThePace drives the tuner with syntheticServers
+// (the testbed's job: server 1's link at a quarter from iteration 40 to
+// 80), with and without response times. The tuner must move load off
+// server 1, keep it off while the link stays slow (a server with slack
+// shows 15% more goodput: that is not a recovery), and give it back soon
+// after the link recovers, whatever trial is in progress then.
+func TestAutoByteServerRatesOffThePace(t *testing.T) {
+	rateAt := func(srv, k int) float64 {
+		if srv == 1 && k >= 40 && k < 80 {
+			return 31e6
+		}
+		return 125e6
+	}
+	for _, responses := range []bool{false, true} {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shares := syntheticServers(t, a, 120, rateAt, responses)
+		off := func(k int) bool { return shares[k][1] < 0.5*shares[k][0] }
+		for k := 55; k < 80; k++ {
+			if !off(k) {
+				t.Fatalf("responses %v: iteration %d, server 1 slow since 40: shares %.3f, want its load moved off (events %v)", responses, k, shares[k], a.Events())
+			}
+		}
+		for k := 95; k < 120; k++ {
+			if slices.Max(shares[k]) > 1.1*slices.Min(shares[k]) {
+				t.Fatalf("responses %v: iteration %d, server 1 recovered at 80: shares %.3f, want them even again (events %v)", responses, k, shares[k], a.Events())
+			}
 		}
 	}
 }
