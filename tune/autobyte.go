@@ -523,9 +523,10 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 // weights and no gain).
 const fastRebalanceGain = 0.3
 
-// followNow rebalances from iteration it's statistics s alone if they
-// predict fastRebalanceGain or more; the servers' remembered rates are
-// left as they were otherwise.
+// followNow rebalances from iteration it's statistics s alone when one
+// server's response time changed (serverChanged) and s predicts
+// fastRebalanceGain or more, or a recovered server's rate was raised; the
+// servers' remembered rates are left as they were otherwise.
 func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	if (a.rebalancing && s.Config != a.current) || !a.serverChanged(s) {
 		// (new weights are on their way already)
@@ -551,7 +552,7 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 // serverChanged says whether s shows one server's response time (push to
 // answer) at twice or more, or half or less, of its mean over the window
 // (measured under the same configuration) while the other servers'
-// median stayed within half of theirs: that server's link changed, not
+// median did not move the same way by more than 1.5x: that server's link changed, not
 // the network or the compute. The response time tells it where goodput
 // does not: a server that sets the pace holds every worker back, so every
 // server's goodput falls with it, while only its own pushes queue at its
