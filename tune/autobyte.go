@@ -135,7 +135,8 @@ type AutoByteEvent struct {
 	// (keep, revert, measured), and PreviousS what it replaced (for a
 	// verification: the time of the configuration in force before it).
 	MeasuredS, PreviousS float64
-	// Detail names the changed channel (change).
+	// Detail names the changed channel (change), or the server whose
+	// response time called for a rebalance at once (rebalance).
 	Detail string
 }
 
@@ -150,6 +151,9 @@ func (e AutoByteEvent) String() string {
 		s += " " + describe(e.Config)
 		if e.PredictedGain != 0 {
 			s += fmt.Sprintf(", predicted gain %.1f%%", 100*e.PredictedGain)
+		}
+		if e.Detail != "" {
+			s += " (" + e.Detail + ")"
 		}
 	case "keep", "revert", "measured":
 		s += fmt.Sprintf(" %s, measured %s (before %s)", describe(e.Config), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
@@ -528,10 +532,17 @@ const fastRebalanceGain = 0.3
 // fastRebalanceGain or more, or a recovered server's rate was raised; the
 // servers' remembered rates are left as they were otherwise.
 func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
-	if (a.rebalancing && s.Config != a.current) || !a.serverChanged(s) {
-		// (new weights are on their way already)
+	if a.rebalancing && s.Config != a.current {
+		return Proposal{}, false // new weights are on their way already
+	}
+	what, changed := a.serverChanged(s)
+	if !changed {
 		return Proposal{}, false
 	}
+	// That server's conditions changed: the rebalances reverted and the
+	// candidates found slower before were judged under the old ones.
+	a.rebalanceReverts = 0
+	clear(a.tabu)
 	busy := a.trying || a.verifying
 	base := a.current
 	if busy {
@@ -543,10 +554,14 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 		a.rates = saved
 		return Proposal{}, false
 	}
+	var p Proposal
 	if busy {
-		return a.preempt(it, c, gain, rates, s), true
+		p = a.preempt(it, c, gain, rates, s)
+	} else {
+		p = a.rebalance(it, c, gain, rates, s)
 	}
-	return a.rebalance(it, c, gain, rates, s), true
+	a.events[len(a.events)-1].Detail = what
+	return p, true
 }
 
 // serverChanged says whether s shows one server's response time (push to
@@ -559,19 +574,22 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 // link. Each server is compared with itself, since servers of one speed
 // measure apart under some configurations (which pieces each holds), and
 // that does not change from one iteration to the next.
-func (a *AutoByte) serverChanged(s Stats) bool {
+//
+// It also describes the change, for the log: "server 6's response time
+// 6.8x".
+func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	n := len(s.ServerResponseS)
 	window := a.window
 	if s.Config != a.current {
 		window = a.lastWindow // a proposal is not in force yet
 	}
 	if n < 2 || len(window) == 0 {
-		return false
+		return "", false
 	}
 	before := make([]float64, n)
 	for _, w := range window {
 		if w.Config != s.Config || len(w.ServerResponseS) != n {
-			return false
+			return "", false
 		}
 		for i, r := range w.ServerResponseS {
 			before[i] += r / float64(len(window))
@@ -580,25 +598,57 @@ func (a *AutoByte) serverChanged(s Stats) bool {
 	ratios := make([]float64, n)
 	for i, r := range s.ServerResponseS {
 		if !(before[i] > 0) || !(r > 0) {
-			return false
+			return "", false
 		}
 		ratios[i] = r / before[i]
 	}
-	slices.Sort(ratios)
+	order := make([]int, n) // servers by ratio
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(ratios[i], ratios[j]) })
+	sorted := make([]float64, n)
+	for k, i := range order {
+		sorted[k] = ratios[i]
+	}
 	// The others' responses may fall when one server slows (fewer of
 	// their pushes arrive at once) and rise when one recovers: only a move
 	// of theirs the same way says the change is not that server's.
-	slowed := ratios[n-1] >= 2 && ratios[:n-1][(n-1)/2] <= 1.5
-	recovered := ratios[0] <= 0.5 && ratios[1:][(n-1)/2] >= 1/1.5
-	return slowed || recovered
+	var i int
+	switch {
+	case sorted[n-1] >= 2 && sorted[:n-1][(n-1)/2] <= 1.5:
+		i = order[n-1] // slowed
+	case sorted[0] <= 0.5 && sorted[1:][(n-1)/2] >= 1/1.5:
+		i = order[0] // recovered
+	default:
+		return "", false
+	}
+	return fmt.Sprintf("server %d's response time %.3gx", i, ratios[i]), true
+}
+
+// bestMeasured is the index in a.measured of the verification's best
+// configuration so far: the one in force before it (0) unless another
+// beat it beyond the noise.
+func (a *AutoByte) bestMeasured() int {
+	best := 0
+	for i, m := range a.measured {
+		if a.cost(m) < a.cost(a.measured[best]) {
+			best = i
+		}
+	}
+	if best != 0 && a.cost(a.measured[best]) > a.cost(a.measured[0])*math.Exp(-a.noiseGap(a.measureCount())) {
+		best = 0
+	}
+	return best
 }
 
 // settled is the configuration a trial or verification in progress is
-// measured against: the one in force before it.
+// measured against: the one in force before a trial, the best measured so
+// far in a verification (what it would keep if it ended now).
 func (a *AutoByte) settled() sched.Config {
 	switch {
 	case a.verifying && len(a.measured) > 0:
-		return a.measured[0].cfg
+		return a.measured[a.bestMeasured()].cfg
 	case a.trying:
 		return a.prev
 	}
@@ -780,8 +830,9 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 			// rate; presuming it back at full speed puts the whole slow
 			// phase back on it when a server given less than its rate
 			// shows the slack as a recovery.
+			// (top >= g[i] > the floor: the rate was raised)
 			a.rates[i] = min(g[i]*(1+recoverTolerance), top)
-			raised = raised || a.rates[i] > a.recoveryFloor(i)
+			raised = true
 		}
 	}
 	return shares, g, raised, true
@@ -972,17 +1023,7 @@ func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
 		return a.verifyNext(it, gain), true
 	}
 	a.verifying = false
-	best := 0
-	for i, m := range a.measured {
-		if a.cost(m) < a.cost(a.measured[best]) {
-			best = i
-		}
-	}
-	// The configuration in force before stays unless beaten beyond the
-	// noise.
-	if best != 0 && a.cost(a.measured[best]) > a.cost(base)*math.Exp(-a.noiseGap(a.measureCount())) {
-		best = 0
-	}
+	best := a.bestMeasured()
 	for i, m := range a.measured {
 		if i != best {
 			a.tabu[m.cfg] = true

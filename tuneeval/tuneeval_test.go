@@ -3,6 +3,7 @@ package tuneeval
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"image/png"
 	"os"
 	"path/filepath"
@@ -443,5 +444,64 @@ func TestPhasesComputeTrace(t *testing.T) {
 	s.ComputeTrace, s.Trace = "", "0:10Gbps,20:2Gbps"
 	if got := s.Phases(); len(got) != 2 || got[1].From != 20 {
 		t.Errorf("bandwidth step at 20: phases %v, want a cut at 20", got)
+	}
+}
+
+// TestAutoByteFollowsAfterRevertedRebalances: ResNet-50 on 8 workers and 8
+// servers is compute-bound at 17.5 Gbit/s, and under the default
+// partition its servers measure apart, so the tuner tries rebalances and
+// reverts them (enough of them to stop trying). A server link that then
+// slows to 1/4 is a change of that server's conditions: the tuner must
+// move load off it at once all the same, and a second server slowing
+// later likewise. The run with fixed weights is the negative control:
+// the same check fails there.
+func TestAutoByteFollowsAfterRevertedRebalances(t *testing.T) {
+	s := Scenario{Name: "resnet50-8w-8s-compute-bound", Model: "resnet50", Arch: "ps", Iterations: 110, Workers: 8, Servers: 8,
+		Bandwidth: "17.5Gbps", LinkTraces: map[string]string{"server6": "52:4.17Gbps", "server7": "80:1.83Gbps"}}
+	run := func(fixed bool) (*sim.Result, *tune.AutoByte) {
+		o, err := s.Options()
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o.Tuner = a
+		r, err := sim.Run(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r, a
+	}
+	r, a := run(false)
+	reverted := 0
+	evs := a.Events()
+	for i, e := range evs {
+		if e.Iteration < 52 && e.Kind == "revert" && i > 0 && evs[i-1].Kind == "rebalance" {
+			reverted++
+		}
+	}
+	if reverted < 3 {
+		t.Fatalf("%d rebalances reverted before the slowdown, want 3 or more for this test to test anything (events %v)", reverted, evs)
+	}
+	// Once the new weights are in force (the first slow iteration is
+	// observed, they apply Lead later), the job is compute-bound again.
+	before := mean(r.IterationTimesS[45:52])
+	recovered := func(r *sim.Result) error {
+		for _, from := range []int{52, 80} {
+			for k := from + tune.Lead + 1; k < from+10; k++ {
+				if got := r.IterationTimesS[k]; got > before*1.05 {
+					return fmt.Errorf("iteration %d, a server slow since %d: %.4f s, want within 5%% of %.4f s before the slowdowns", k, from, got, before)
+				}
+			}
+		}
+		return nil
+	}
+	if err := recovered(r); err != nil {
+		t.Errorf("%v (events %v)", err, evs)
+	}
+	if fixedRun, _ := run(true); recovered(fixedRun) == nil {
+		t.Errorf("with fixed weights the check passes too: it cannot tell a tuner that follows the servers")
 	}
 }
