@@ -227,8 +227,11 @@ type AutoByte struct {
 	// latest Observe (one estimate per iteration serves every rule).
 	noise float64
 	// trialTolerance is the keep rule's tolerance for the trial on hand
-	// (KeepTolerance, or the compression rule's).
+	// (KeepTolerance, or the compression rule's). givingBack: the trial
+	// gives a recovered server load back, and is kept unless slower
+	// beyond the noise (see rebalance).
 	trialTolerance float64
+	givingBack     bool
 	// rebalancing: the trial on hand is new server weights;
 	// rebalanceReverts counts those reverted in a row under the current
 	// conditions (at maxRebalanceReverts the tuner stops trying).
@@ -417,8 +420,8 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		// response time changed; without them, any rebalance the window
 		// calls for interrupts (a trial of another partition moves the
 		// servers' goodputs too, so this is the coarser rule).
-		if c, gain, rates, _, ok := a.rebalanced(st, a.settled()); ok {
-			return a.preempt(it, c, gain, rates, st), true
+		if c, gain, rates, raised, ok := a.rebalanced(st, a.settled()); ok {
+			return a.preempt(it, c, gain, rates, raised, st), true
 		}
 	}
 	if a.trying || a.verifying {
@@ -437,8 +440,8 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	// must not wait for the next search (nor for the change detector,
 	// which takes a link that slows down as a configuration takes effect
 	// for the configuration's doing).
-	if c, gain, rates, _, ok := a.rebalanced(st, a.current); ok {
-		return a.rebalance(it, c, gain, rates, st), true
+	if c, gain, rates, raised, ok := a.rebalanced(st, a.current); ok {
+		return a.rebalance(it, c, gain, rates, raised, st), true
 	}
 	if it < a.nextSearch {
 		return Proposal{}, false
@@ -496,7 +499,12 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	ev := AutoByteEvent{Iteration: it, Config: a.current, MeasuredS: st.IterationTimeS, PreviousS: a.prevS}
 	// Faster beyond the noise (with no noise: not slower than the
 	// tolerance allows).
-	if st.IterationTimeS <= a.prevS*(1+a.trialTolerance)*math.Exp(-a.noiseGap(a.measureCount())) {
+	gap := a.noiseGap(a.measureCount())
+	limit := a.prevS * (1 + a.trialTolerance) * math.Exp(-gap)
+	if a.givingBack {
+		limit = a.prevS * math.Exp(gap)
+	}
+	if st.IterationTimeS <= limit {
 		if a.rebalancing {
 			a.rebalanceReverts = 0
 		}
@@ -556,9 +564,9 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	}
 	var p Proposal
 	if busy {
-		p = a.preempt(it, c, gain, rates, s)
+		p = a.preempt(it, c, gain, rates, raised, s)
 	} else {
-		p = a.rebalance(it, c, gain, rates, s)
+		p = a.rebalance(it, c, gain, rates, raised, s)
 	}
 	a.events[len(a.events)-1].Detail = what
 	return p, true
@@ -659,24 +667,30 @@ func (a *AutoByte) settled() sched.Config {
 // under other conditions, and what it tried was never judged) and puts c,
 // the configuration it was measured against with new server weights, on
 // trial instead.
-func (a *AutoByte) preempt(it int, c sched.Config, gain float64, rates []float64, st Stats) Proposal {
+func (a *AutoByte) preempt(it int, c sched.Config, gain float64, rates []float64, raised bool, st Stats) Proposal {
 	before := a.settled()
 	if a.rebalancing {
 		a.basis, a.rebalancing = a.prevBasis, false // the weights on trial are dropped
 	}
 	a.trying, a.verifying, a.queue, a.measured = false, false, a.queue[:0], a.measured[:0]
-	p := a.rebalance(it, c, gain, rates, st)
+	p := a.rebalance(it, c, gain, rates, raised, st)
 	a.prev = before // a revert goes back to what the trial was measured against
 	return p
 }
 
 // rebalance puts c, the configuration in force with new server weights
 // chosen from rates (predicted gain gain), on trial against the one in
-// force, measured as st: it must be RebalanceKeep faster to stay.
-func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, rates []float64, st Stats) Proposal {
+// force, measured as st: it must be RebalanceKeep faster to stay, unless
+// it gives a recovered server load back (raised), which stays unless
+// slower beyond the noise: the server's response time showed its slack,
+// and each step gives it only a little more (a step reverted as not
+// faster enough left a recovered server at a fraction of its load for
+// the rest of the run; ResNet-50, 32 workers, a server back from 1/7).
+// A step too far makes that server set the pace, which measures its rate.
+func (a *AutoByte) rebalance(it int, c sched.Config, gain float64, rates []float64, raised bool, st Stats) Proposal {
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "rebalance", Config: c, PredictedGain: gain})
 	a.trying, a.rebalancing, a.prev, a.prevStats, a.prevS = true, true, a.current, st, st.IterationTimeS
-	a.trialTolerance = -a.o.RebalanceKeep
+	a.trialTolerance, a.givingBack = -a.o.RebalanceKeep, raised
 	a.prevBasis, a.basis = a.basis, rates
 	return a.propose(it, c)
 }
@@ -880,7 +894,7 @@ func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 	c := a.follow(a.cands[best])
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c, PredictedGain: gain})
 	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
-	a.trialTolerance = a.o.KeepTolerance
+	a.trialTolerance, a.givingBack = a.o.KeepTolerance, false
 	return a.propose(it, c), true
 }
 
@@ -892,7 +906,7 @@ func (a *AutoByte) compressionTrial(it int, st Stats) (Proposal, bool) {
 	if !ok {
 		return Proposal{}, false
 	}
-	a.trialTolerance = -a.o.CompressionGain
+	a.trialTolerance, a.givingBack = -a.o.CompressionGain, false
 	if c.Compression == dtype.F32 {
 		a.trialTolerance = a.o.CompressionGain
 	}
