@@ -546,3 +546,40 @@ func TestAutoByteServerRatesOffThePace(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoByteComputeBoundServersStay: in a nearly compute-bound job
+// (iteration time 12% above compute), servers of one speed whose goodputs
+// measure 1.6x apart are left at even weights, since moving load between
+// them cannot shorten more than the exposed 12%. The negative control
+// feeds the same statistics without a compute time: the tuner then takes
+// the whole iteration as communication and tries to rebalance, so the
+// check can fail.
+func TestAutoByteComputeBoundServersStay(t *testing.T) {
+	run := func(compute float64) *tune.AutoByte {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inForce := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
+		var pending []tune.Proposal
+		for k := range 40 {
+			for len(pending) > 0 && pending[0].FromIteration <= k {
+				inForce, pending = pending[0].Config, pending[1:]
+			}
+			s := tune.Stats{Iteration: k, IterationTimeS: 0.112, ForwardS: compute / 3, BackwardS: 2 * compute / 3, BandwidthBps: 2e9, Config: inForce,
+				ServerGoodputBps: []float64{156e6, 153e6, 211e6, 179e6, 150e6, 166e6, 180e6, 131e6},
+				ServerResponseS:  []float64{0.0111, 0.0110, 0.0188, 0.0106, 0.0103, 0.0108, 0.0114, 0.0115},
+				ModelBytes:       102e6, Tensors: 161, SizeSkew: 5, Workers: 8, Servers: 8, Arch: "ps"}
+			if p, ok := a.Observe(s); ok {
+				pending = append(pending, p)
+			}
+		}
+		return a
+	}
+	if a := run(0.1); strings.Contains(eventKinds(a), "rebalance") {
+		t.Errorf("compute 0.1 s of 0.112 s: want no rebalance, got events %v", a.Events())
+	}
+	if a := run(0); !strings.Contains(eventKinds(a), "rebalance") {
+		t.Errorf("negative control, no compute time measured: want a rebalance, got events %v", a.Events())
+	}
+}
