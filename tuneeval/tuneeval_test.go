@@ -449,8 +449,11 @@ func TestPhasesComputeTrace(t *testing.T) {
 
 // TestAutoByteFollowsAfterRevertedRebalances: ResNet-50 on 8 workers and 8
 // servers is compute-bound at 17.5 Gbit/s, and under the default
-// partition its servers measure apart, so the tuner tries rebalances and
-// reverts them (enough of them to stop trying). A server link that then
+// partition its servers measure apart, so a tuner that asks little of a
+// rebalance (RebalanceGain 3% of the exposed communication; the default
+// 10% leaves such servers alone, tune's
+// TestAutoByteComputeBoundServersStay) tries rebalances and reverts them
+// (enough of them to stop trying). A server link that then
 // slows to 1/4 is a change of that server's conditions: the tuner must
 // move load off it at once all the same, and a second server slowing
 // later likewise. The run with fixed weights is the negative control:
@@ -463,7 +466,7 @@ func TestAutoByteFollowsAfterRevertedRebalances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed})
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed, RebalanceGain: 0.03})
 		if err != nil {
 			t.Fatal(err)
 		}
