@@ -92,12 +92,14 @@ type AutoByteOptions struct {
 	// tuner moves load between them as it measures them. After every
 	// measured window, if giving each server a share of the bytes
 	// proportional to its measured rate (its goodput,
-	// Stats.ServerGoodputBps, while it sets the pace) would cut the
-	// slowest server's time by at least RebalanceGain (default 0.1) of
-	// the exposed communication (the iteration time beyond its compute),
-	// or by Margin for a return to even weights or to give a relieved
-	// server that recovered more, it tries those weights, and keeps them only if the
-	// job is RebalanceKeep (default 0.01) faster. Where response times
+	// Stats.ServerGoodputBps, while it sets the pace) is predicted to
+	// cut the iteration time by at least RebalanceGain (default 0.1: the
+	// cut in the slowest server's time times the part of the iteration
+	// beyond its compute), or would cut the slowest server's time by
+	// Margin for a return to even weights or to give a relieved server
+	// that recovered more, it tries those weights, and keeps them only if
+	// the job is RebalanceKeep (default 0.01) faster (a give-back to a
+	// recovered server: if it is not slower). Where response times
 	// are measured (Stats.ServerResponseS), one iteration in which a
 	// single server's response time doubles or halves against the window
 	// is enough: the tuner rebalances from that iteration alone, even
@@ -107,7 +109,8 @@ type AutoByteOptions struct {
 	// 45% apart (which pieces each holds, in which order), and chasing
 	// that only delays the search of partition and credit; a server slower
 	// than that is what the knob is for. After three rebalances reverted
-	// in a row the tuner stops trying until conditions change.
+	// in a row the tuner stops trying until conditions change (a server
+	// whose response time changes is such a change).
 	FixedWeights  bool
 	RebalanceGain float64
 	RebalanceKeep float64
