@@ -35,6 +35,10 @@ type Options struct {
 	BOTrial int
 	// Only keeps the named scenarios (comma-separated; "" for all).
 	Only string
+	// Baselines, if set, is the results.json of an earlier evaluation whose
+	// best static and oracle runs are reused instead of simulating every
+	// static candidate again (see baselines.go); only the tuners run.
+	Baselines string
 	// Log receives progress (nil: none).
 	Log io.Writer
 }
@@ -174,6 +178,9 @@ type Report struct {
 	ElapsedS       float64          `json:"elapsed_s"`
 	Parallel       int              `json:"parallel"`
 	StaticRunsEach int              `json:"-"`
+	// Baselines is Options.Baselines: where the best static and oracle
+	// runs came from ("": simulated by this evaluation).
+	Baselines string `json:"baselines,omitempty"`
 }
 
 // Candidates is the grid the best static configuration and the oracle are
@@ -210,7 +217,7 @@ func Evaluate(o Options) (*Report, error) {
 	case o.Links:
 		name = "links"
 	}
-	rep := &Report{Suite: name, BOTrial: trial, BOApplyDelay: delay, Candidates: len(Candidates()), Parallel: par}
+	rep := &Report{Suite: name, BOTrial: trial, BOApplyDelay: delay, Candidates: len(Candidates()), Parallel: par, Baselines: o.Baselines}
 	opts := make([]sim.Options, len(suite))
 	cands := make([][]sched.Config, len(suite))
 	for i, s := range suite {
@@ -225,12 +232,23 @@ func Evaluate(o Options) (*Report, error) {
 			fmt.Fprintf(o.Log, format, a...)
 		}
 	}
+	reused := make([]*ScenarioResult, len(suite))
+	if o.Baselines != "" {
+		var err error
+		if reused, err = loadBaselines(o.Baselines, suite, cands); err != nil {
+			return nil, err
+		}
+		logf("tune eval: best static and oracle runs from %s; only the tuners run\n", o.Baselines)
+	}
 
 	// Stage 1: every tuner but the oracle, and every static candidate.
 	var jobs []job
 	for i := range suite {
 		for _, t := range []string{Fifo, ByteScheduler, BO, AutoByte, AutoByteCompress} {
 			jobs = append(jobs, job{scenario: i, tuner: t})
+		}
+		if reused[i] != nil {
+			continue
 		}
 		for c := range cands[i] {
 			jobs = append(jobs, job{scenario: i, cand: c})
@@ -240,8 +258,14 @@ func Evaluate(o Options) (*Report, error) {
 	slices.SortStableFunc(jobs, func(a, b job) int {
 		return cost(suite[b.scenario]) - cost(suite[a.scenario])
 	})
+	oracleRuns := 0
+	for i := range suite {
+		if reused[i] == nil {
+			oracleRuns++
+		}
+	}
 	logf("tune eval: %d scenarios, %d simulations (then %d oracle runs) on %d goroutines (bo trials of %d+%d iterations)\n",
-		len(suite), len(jobs), len(suite), par, trial, delay)
+		len(suite), len(jobs), oracleRuns, par, trial, delay)
 	tuned := make([]map[string]*sim.Result, len(suite))
 	statics := make([][]*sim.Result, len(suite))
 	for i := range suite {
@@ -282,20 +306,34 @@ func Evaluate(o Options) (*Report, error) {
 		return nil, err
 	}
 
+	for i, s := range suite {
+		if reused[i] != nil {
+			if err := checkBaselines(o.Baselines, s, reused[i], tuned[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	// Stage 2: the best static configuration and the per-phase oracle.
 	oracles := make([][]sched.Config, len(suite))
 	best := make([]int, len(suite))
 	for i, s := range suite {
+		if reused[i] != nil {
+			continue
+		}
 		best[i] = BestIndex(statics[i])
 		oracles[i] = OracleConfigs(statics[i], cands[i], s.Phases())
 	}
-	oracleRuns := make([]*sim.Result, len(suite))
+	oracleRun := make([]*sim.Result, len(suite))
 	err = sim.Parallel(len(suite), par, func(i int) error {
+		if reused[i] != nil {
+			return nil
+		}
 		r, err := RunOracle(opts[i], suite[i].Phases(), oracles[i])
 		if err != nil {
 			return fmt.Errorf("scenario %s, oracle: %w", suite[i].Name, err)
 		}
-		oracleRuns[i] = r
+		oracleRun[i] = r
 		return nil
 	})
 	if err != nil {
@@ -304,18 +342,23 @@ func Evaluate(o Options) (*Report, error) {
 
 	for i, s := range suite {
 		phases := s.Phases()
-		sr := ScenarioResult{Scenario: s, Phases: phases, StaticCandidates: len(cands[i]), BestStaticConfig: cands[i][best[i]], OracleConfigs: oracles[i]}
+		sr := ScenarioResult{Scenario: s, Phases: phases, StaticCandidates: len(cands[i])}
+		if old := reused[i]; old != nil {
+			sr.BestStaticConfig, sr.OracleConfigs = old.BestStaticConfig, old.OracleConfigs
+		} else {
+			sr.BestStaticConfig, sr.OracleConfigs = cands[i][best[i]], oracles[i]
+		}
 		for _, t := range Tuners {
-			var r *sim.Result
-			switch t {
-			case BestStatic:
-				r = statics[i][best[i]]
-			case OracleName:
-				r = oracleRuns[i]
+			switch {
+			case reused[i] != nil && (t == BestStatic || t == OracleName):
+				sr.Runs = append(sr.Runs, *reused[i].Run(t))
+			case t == BestStatic:
+				sr.Runs = append(sr.Runs, measure(t, statics[i][best[i]], phases))
+			case t == OracleName:
+				sr.Runs = append(sr.Runs, measure(t, oracleRun[i], phases))
 			default:
-				r = tuned[i][t]
+				sr.Runs = append(sr.Runs, measure(t, tuned[i][t], phases))
 			}
-			sr.Runs = append(sr.Runs, measure(t, r, phases))
 		}
 		ab, bs, or := sr.Run(AutoByte), sr.Run(BestStatic), sr.Run(OracleName)
 		sr.AutoVsBestStaticPct = pct(ab.MeanIterationTimeS, bs.MeanIterationTimeS)

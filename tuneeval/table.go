@@ -87,6 +87,9 @@ func WriteMarkdown(w io.Writer, rep *Report) error {
 	fmt.Fprintf(&b, "# autobyte tune eval: %s suite\n\n", rep.Suite)
 	fmt.Fprintf(&b, "%d scenarios; best static and oracle over the autobyte grid (%d configurations); bo trials of %d iterations + %d apply delay (15 trials: %d iterations of exploration); %.0f s on %d goroutines.\n\n",
 		len(rep.Scenarios), rep.Candidates, rep.BOTrial, rep.BOApplyDelay, 15*(rep.BOTrial+rep.BOApplyDelay), rep.ElapsedS, rep.Parallel)
+	if rep.Baselines != "" {
+		fmt.Fprintf(&b, "The best static and oracle runs are those of an earlier evaluation, `%s` (`--baselines`); its fifo and ByteScheduler runs came out the same again, so the simulator has not changed since.\n\n", rep.Baselines)
+	}
 	b.WriteString("Mean iteration time over the whole run, in seconds. `vs best static`: autobyte's mean relative to the best static configuration in hindsight. `vs oracle`: autobyte's steady-state time (last quarter of each phase) relative to the per-phase oracle's, worst phase. `settle`: iterations autobyte took after each change to stay within 5% of its phase's steady value. `autobyte+compression` may also turn bfloat16 compression on (`--compression auto`); every other column, the best static and the oracle included, sends float32.\n\n")
 	b.WriteString("| scenario | fifo | bytescheduler | bo | autobyte | autobyte+compression | best static | oracle | autobyte vs best static | oracle vs best static | autobyte vs oracle (settled) | settle after changes | best static | oracle configs | bo last config (frozen after exploring) |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|\n")

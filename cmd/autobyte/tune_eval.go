@@ -24,6 +24,7 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 		Example: `  autobyte tune eval --out eval/
   autobyte tune eval --quick --out /tmp/eval
   autobyte tune eval --links --random 4 --seed 7 --out eval-links-heldout/
+  autobyte tune eval --links --baselines eval-links/results.json --out eval-links-2/   # tuners only
   autobyte tune eval --long --out eval-long/   # BO at its released timing, 3,000-iteration runs`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -49,5 +50,6 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 	fs.IntVar(&o.Parallel, "parallel", runtime.GOMAXPROCS(0), "simulations run at once")
 	fs.IntVar(&o.BOTrial, "bo-trial", 0, "bo: iterations per trial (0: 20, a fifth of ByteScheduler's 100; 6 with --quick; 100 with --long); the apply delay is max(2, this/10)")
 	fs.StringVar(&o.Only, "only", "", "comma-separated scenario names to run (default all)")
+	fs.StringVar(&o.Baselines, "baselines", "", "results.json of an earlier evaluation of these scenarios: reuse its best static and oracle runs and run only the tuners (after a change to a tuner; refused if the simulator's runs differ)")
 	return cmd
 }
