@@ -119,28 +119,45 @@ func linearMeta() *tune.Meta {
 // order.
 func fakeJob(t *testing.T, tu tune.Tuner, initial sched.Config, n int, timeOf func(sched.Config) float64) (sched.Config, []sched.Config) {
 	t.Helper()
-	inForce := initial
-	var pending []tune.Proposal
+	inForce, proposals := driveJob(t, tu, initial, n, func(k int, c sched.Config) tune.Stats {
+		return tune.Stats{Iteration: k, IterationTimeS: timeOf(c), ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: c,
+			ModelBytes: 100 << 20, Tensors: 100, SizeSkew: 5, Workers: 4, Servers: 4, Arch: "ps"}
+	})
 	var proposed []sched.Config
+	for _, p := range proposals {
+		if p.Config != initial {
+			proposed = append(proposed, p.Config)
+		}
+	}
+	return inForce[n-1], proposed
+}
+
+// driveJob runs tu for n iterations of a job that starts under initial:
+// before iteration k it puts in force the proposals due by k, feeds
+// statsAt(k, the configuration in force) to the tuner, and fails the test
+// on a proposal that starts before k+Lead. It returns the configuration in
+// force at each iteration and every proposal, in order.
+func driveJob(t *testing.T, tu tune.Tuner, initial sched.Config, n int, statsAt func(k int, inForce sched.Config) tune.Stats) ([]sched.Config, []tune.Proposal) {
+	t.Helper()
+	inForce := make([]sched.Config, n)
+	c := initial
+	var pending, proposals []tune.Proposal
 	for k := range n {
 		for len(pending) > 0 && pending[0].FromIteration <= k {
-			inForce, pending = pending[0].Config, pending[1:]
+			c, pending = pending[0].Config, pending[1:]
 		}
-		s := tune.Stats{Iteration: k, IterationTimeS: timeOf(inForce), ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: inForce,
-			ModelBytes: 100 << 20, Tensors: 100, SizeSkew: 5, Workers: 4, Servers: 4, Arch: "ps"}
-		p, ok := tu.Observe(s)
+		inForce[k] = c
+		p, ok := tu.Observe(statsAt(k, c))
 		if !ok {
 			continue
 		}
 		if p.FromIteration < k+tune.Lead {
 			t.Fatalf("after %d: proposal from %d", k, p.FromIteration)
 		}
-		if p.Config != initial {
-			proposed = append(proposed, p.Config)
-		}
 		pending = append(pending, p)
+		proposals = append(proposals, p)
 	}
-	return inForce, proposed
+	return inForce, proposals
 }
 
 func eventKinds(a *tune.AutoByte) string {
@@ -439,13 +456,9 @@ func syntheticServers(t *testing.T, a *tune.AutoByte, iterations int, rateAt fun
 func syntheticServersAbove(t *testing.T, a *tune.AutoByte, iterations int, rateAt func(srv, k int) float64, responses bool, floor float64) [][]float64 {
 	t.Helper()
 	const servers, bytes = 3, 100e6
-	inForce := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
-	var pending []tune.Proposal
 	shares := make([][]float64, iterations)
-	for k := range iterations {
-		for len(pending) > 0 && pending[0].FromIteration <= k {
-			inForce, pending = pending[0].Config, pending[1:]
-		}
+	initial := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
+	driveJob(t, a, initial, iterations, func(k int, inForce sched.Config) tune.Stats {
 		sh, err := inForce.ServerWeights.Shares(servers)
 		if err != nil {
 			t.Fatal(err)
@@ -466,12 +479,9 @@ func syntheticServersAbove(t *testing.T, a *tune.AutoByte, iterations int, rateA
 				resp = append(resp, 0.01+sh[i]*bytes/rateAt(i, k))
 			}
 		}
-		s := tune.Stats{Iteration: k, IterationTimeS: max(floor, 0.3+pace), ForwardS: 0.1, BackwardS: 0.2, BandwidthBps: 125e6, Config: inForce,
+		return tune.Stats{Iteration: k, IterationTimeS: max(floor, 0.3+pace), ForwardS: 0.1, BackwardS: 0.2, BandwidthBps: 125e6, Config: inForce,
 			ServerGoodputBps: g, ServerResponseS: resp, ModelBytes: bytes, Tensors: 161, SizeSkew: 5, Workers: 3, Servers: servers, Arch: "ps"}
-		if p, ok := a.Observe(s); ok {
-			pending = append(pending, p)
-		}
-	}
+	})
 	return shares
 }
 
@@ -568,20 +578,13 @@ func TestAutoByteComputeBoundServersStay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		inForce := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
-		var pending []tune.Proposal
-		for k := range 40 {
-			for len(pending) > 0 && pending[0].FromIteration <= k {
-				inForce, pending = pending[0].Config, pending[1:]
-			}
-			s := tune.Stats{Iteration: k, IterationTimeS: 0.112, ForwardS: compute / 3, BackwardS: 2 * compute / 3, BandwidthBps: 2e9, Config: inForce,
+		initial := sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
+		driveJob(t, a, initial, 40, func(k int, inForce sched.Config) tune.Stats {
+			return tune.Stats{Iteration: k, IterationTimeS: 0.112, ForwardS: compute / 3, BackwardS: 2 * compute / 3, BandwidthBps: 2e9, Config: inForce,
 				ServerGoodputBps: []float64{156e6, 153e6, 211e6, 179e6, 150e6, 166e6, 180e6, 131e6},
 				ServerResponseS:  []float64{0.0111, 0.0110, 0.0188, 0.0106, 0.0103, 0.0108, 0.0114, 0.0115},
 				ModelBytes:       102e6, Tensors: 161, SizeSkew: 5, Workers: 8, Servers: 8, Arch: "ps"}
-			if p, ok := a.Observe(s); ok {
-				pending = append(pending, p)
-			}
-		}
+		})
 		return a
 	}
 	if a := run(0.1); strings.Contains(eventKinds(a), "rebalance") {
