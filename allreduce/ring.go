@@ -281,10 +281,11 @@ func (r *Ring) Goodbye(timeout time.Duration) error {
 
 // readPrev receives ring frames from the previous rank until an error.
 func (r *Ring) readPrev() {
+	// Each payload is summed into and forwarded as the next step's (step),
+	// then recycled once written.
+	dest := transport.PoolDest(&payloads)
 	for {
-		// Each payload is summed into and forwarded as the next step's
-		// (step), then recycled once written.
-		f, err := r.prev.RecvTo(func(h transport.Header) []byte { return payloads.Get(int(h.Length)) })
+		f, err := r.prev.RecvTo(dest)
 		if err != nil {
 			r.fail(fmt.Errorf("allreduce: rank %d: lost previous rank %d: %w", r.rank, r.prevRank, err))
 			return

@@ -196,14 +196,13 @@ func (s *Server) Serve(ctx context.Context, conns []*transport.Conn) error {
 
 // read handles one worker's frames until it closes.
 func (s *Server) read(c *transport.Conn) error {
-	// Pushes are received into recycled buffers: a push added into an
-	// accumulator at once leaves its buffer for the next frame; rank 0's
-	// push keeps it to carry the answer, which returns it to the pool once
-	// written to every worker, and an early push keeps it until it is
-	// added, which returns it to the pool.
-	var buf []byte
+	// Pushes are received into pooled buffers: a push added into an
+	// accumulator at once goes back to the pool; rank 0's push keeps its
+	// buffer to carry the answer, which returns it to the pool once written
+	// to every worker, and an early push keeps it until it is added.
+	dest := transport.PoolDest(&bufs)
 	for {
-		f, err := c.RecvInto(buf)
+		f, err := c.RecvTo(dest)
 		if err != nil {
 			return fmt.Errorf("ps: lost worker %d: %w", c.PeerRank(), err)
 		}
@@ -217,13 +216,8 @@ func (s *Server) read(c *transport.Conn) error {
 			if err != nil {
 				return err
 			}
-			if kept {
-				buf = nil
-			} else {
-				buf = f.Payload[:cap(f.Payload)]
-			}
-			if buf == nil {
-				buf = getBuf(int(f.Length))
+			if !kept {
+				bufs.Put(f.Payload)
 			}
 		case transport.KindPull:
 			if err := s.pull(c, f.Header); err != nil {
@@ -345,9 +339,7 @@ func (s *Server) take(a *accum, r int, b []byte, scale int8) (kept bool) {
 			a.held[q] = nil
 			s.addPush(a, h, a.heldScale[q])
 			s.held.Add(-int64(len(h)))
-			if cap(h) > 0 {
-				putBuf(h[:cap(h)])
-			}
+			bufs.Put(h)
 		}
 	}
 	if complete {
@@ -356,7 +348,7 @@ func (s *Server) take(a *accum, r int, b []byte, scale int8) (kept bool) {
 			exp := d.Scale(a.sum)
 			d.Encode(a.result, a.sum, exp)
 			a.hdr.Scale = int8(exp)
-			putSum(a.sum)
+			sums.Put(a.sum)
 		}
 		a.sum = nil
 		a.complete = true
@@ -384,7 +376,7 @@ func (s *Server) addPush(a *accum, b []byte, scale int8) {
 		if view, ok := transport.FloatView(b); ok && d == dtype.F32 {
 			a.sum, a.inPlace = view, true
 		} else {
-			a.sum = getSum(len(b) / d.Size())
+			a.sum = sums.Get(len(b) / d.Size())
 			d.Decode(a.sum, b, int(scale))
 		}
 		a.result = b
@@ -419,7 +411,7 @@ func (s *Server) answer(a *accum) {
 		// send error surfaces as that connection's Recv error.
 		_ = c.SendNotify(transport.Frame{Header: h, Payload: result}, func(error) {
 			if a.written.Add(1) == int32(s.o.Workers) {
-				putBuf(result)
+				bufs.Put(result)
 			}
 		})
 	}
@@ -433,31 +425,13 @@ func (s *Server) answer(a *accum) {
 	}
 }
 
-// sums recycles accumulators: a job sums the same piece sizes every
-// iteration, and allocating (and zeroing) megabytes per piece costs more
-// than the sum itself.
-var sums sync.Pool
-
-func getSum(n int) []float32 {
-	if p, ok := sums.Get().(*[]float32); ok && cap(*p) >= n {
-		return (*p)[:n]
-	}
-	return make([]float32, n)
-}
-
-func putSum(s []float32) { sums.Put(&s) }
-
-// bufs recycles receive buffers (see read).
-var bufs sync.Pool
-
-func getBuf(n int) []byte {
-	if p, ok := bufs.Get().(*[]byte); ok && cap(*p) >= n {
-		return (*p)[:cap(*p)]
-	}
-	return nil // RecvInto allocates one of the right size
-}
-
-func putBuf(b []byte) { bufs.Put(&b) }
+// sums recycles accumulators and bufs receive buffers: a job sums the
+// same piece sizes every iteration, and allocating megabytes per piece
+// (page faults, zeroing, collections) costs more than the sum itself.
+var (
+	sums transport.Pool[float32]
+	bufs transport.BufferPool
+)
 
 // Stats returns the pieces fully answered and the payload bytes received.
 func (s *Server) Stats() (pieces, bytesIn int64) {
