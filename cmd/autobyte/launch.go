@@ -70,6 +70,9 @@ the failed process's error.`,
 			if err := simOnly(cmd); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("tune-malloc") {
+				return fmt.Errorf("--tune-malloc applies to a training command after -- (a replay's processes are Go's and do not use glibc's allocator)")
+			}
 			spec, o, err := f.spec(cmd)
 			if err != nil {
 				return err
@@ -166,6 +169,8 @@ RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, AUTOBYTE_* (the scheduling
 flags) and GLOO_SOCKET_IFNAME set, so torch DDP runs with the same command.
 Rank 0's output goes to stdout; the others' to stderr, prefixed. If one
 process fails, the rest are stopped within a few seconds.`
+	cmd.Flags().Bool("tune-malloc", true, "give a training command glibc allocator settings that keep freed memory for reuse "+
+		"(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_; see docs/pytorch.md) unless its environment sets them; false leaves glibc's defaults")
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
 	tf.register(cmd)
 	cmd.Long += `
@@ -206,8 +211,9 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	tuneMalloc, _ := cmd.Flags().GetBool("tune-malloc")
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
-		scriptTuner: tuner, traceDir: traceDir, scriptCompressAuto: f.tunerCompress() != dtype.F32}
+		scriptTuner: tuner, traceDir: traceDir, scriptCompressAuto: f.tunerCompress() != dtype.F32, tuneMalloc: tuneMalloc}
 	if lc.scriptCompressAuto && tuner != "autobyte" {
 		return fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", tuner)
 	}
@@ -329,6 +335,8 @@ type launchConfig struct {
 	metricsPort int
 	// workerArgs are extra flags for every worker (the tuner's).
 	workerArgs []string
+	// tuneMalloc: a training command gets allocatorEnv's settings.
+	tuneMalloc bool
 	// rates, with bed, change each host's rate when rank 0 reaches an
 	// iteration where it changes (rates at iteration 0 are already in
 	// force).

@@ -26,6 +26,28 @@ import (
 // failed one and exit on their own before launch stops them.
 const scriptGrace = 4 * time.Second
 
+// allocatorEnv returns glibc allocator settings for a training process
+// whose environment is env, unless env already tunes glibc's allocator.
+//
+// A training step frees and allocates the same tensors (activations, and
+// gradients after zero_grad) every iteration. By default glibc serves
+// blocks above a threshold that starts at 128 KiB with mmap and returns
+// freed memory at the top of its heap to the kernel, so such tensors come
+// back as fresh pages that the kernel faults in and zeroes on every step.
+// Fixing the mmap threshold at its largest (32 MiB) and trimming only
+// above 4 GiB of free memory keeps them for reuse: ResNet-18 on 3
+// loopback workers ran 20-30% faster so, DDP and autobyte alike
+// (docs/pytorch.md). The cost is that a process keeps its peak heap.
+func allocatorEnv(env []string) []string {
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(k, "MALLOC_") || k == "GLIBC_TUNABLES" || k == "LD_PRELOAD" {
+			return nil // the user chose the allocator's settings (or another allocator)
+		}
+	}
+	return []string{"MALLOC_MMAP_THRESHOLD_=33554432", "MALLOC_TRIM_THRESHOLD_=4294967296"}
+}
+
 // scriptEnv is the environment of worker rank of a scripted job: the
 // torchrun conventions (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
 // MASTER_PORT) plus the AUTOBYTE_* settings the plugin reads (see package
@@ -79,6 +101,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	}
 	if lc.traceDir != "" {
 		set("AUTOBYTE_TRACE", filepath.Join(lc.traceDir, fmt.Sprintf("rank-%d.json", rank)))
+	}
+	if lc.tuneMalloc {
+		env = append(env, allocatorEnv(env)...)
 	}
 	set("AUTOBYTE_PEER_TIMEOUT", lc.peerTimeout.String())
 	set("AUTOBYTE_LOG_LEVEL", lc.logLevel)

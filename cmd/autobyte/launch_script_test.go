@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -33,11 +34,51 @@ func TestLaunchScriptErrors(t *testing.T) {
 		{[]string{"launch", "--workers", "1", "--model", "vgg16", "--", "true"}, "--model does not apply"},
 		{[]string{"launch", "--workers", "1", "--tuner", "grid", "--", "true"}, `--tuner "grid"`},
 		{[]string{"launch", "--workers", "1", "--arch", "allreduce", "--servers", "1", "--", "true"}, "all-reduce has no parameter servers"},
+		{[]string{"launch", "--workers", "1", "--arch", "allreduce", "--tune-malloc=false"}, "--tune-malloc applies to a training command"},
 	}
 	for _, c := range cases {
 		_, err := run(t, c.args...)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: error %v, want one containing %q", c.args, err, c.want)
+		}
+	}
+}
+
+// TestLaunchScriptAllocator: a training command gets glibc allocator
+// settings by default, none with --tune-malloc=false, and the user's own
+// whenever the environment already chooses the allocator.
+func TestLaunchScriptAllocator(t *testing.T) {
+	show := `echo "mmap=$MALLOC_MMAP_THRESHOLD_ trim=$MALLOC_TRIM_THRESHOLD_ arena=$MALLOC_ARENA_MAX"`
+	cases := []struct {
+		flags []string
+		env   string // set in launch's own environment
+		want  string
+	}{
+		{nil, "", "mmap=33554432 trim=4294967296 arena="},
+		{[]string{"--tune-malloc=false"}, "", "mmap= trim= arena="},
+		{nil, "MALLOC_ARENA_MAX=2", "mmap= trim= arena=2"},
+		{nil, "MALLOC_TRIM_THRESHOLD_=1000", "mmap= trim=1000 arena="},
+	}
+	for _, c := range cases {
+		for _, k := range []string{"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX", "GLIBC_TUNABLES", "LD_PRELOAD"} {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+		if k, v, ok := strings.Cut(c.env, "="); ok {
+			t.Setenv(k, v)
+		}
+		args := append([]string{"launch", "--workers", "1", "--arch", "allreduce"}, c.flags...)
+		out, err := run(t, append(args, "--", "sh", "-c", show)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(out); got != c.want {
+			t.Errorf("flags %q env %q: %q, want %q", c.flags, c.env, got, c.want)
+		}
+	}
+	for env, want := range map[string]int{"GLIBC_TUNABLES=glibc.malloc.trim_threshold=0": 0, "LD_PRELOAD=/x/libjemalloc.so": 0, "PATH=/bin": 2} {
+		if got := len(allocatorEnv([]string{env})); got != want {
+			t.Errorf("allocatorEnv(%q): %d settings, want %d", env, got, want)
 		}
 	}
 }
