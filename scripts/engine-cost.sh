@@ -20,7 +20,7 @@
 #                 n = pieces per iteration)
 #
 # Prints medians [min, max] over rounds and writes OUT/runs.txt and
-# OUT/summary.txt; docs/runtime.md "What the engine costs" holds results.
+# OUT/summary.txt; docs/pytorch.md "Where communication is cheap" holds results.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-/tmp/autobyte-engine-cost} rounds=${2:-3} workers=${3:-2}
