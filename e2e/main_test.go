@@ -170,7 +170,7 @@ func freePort(t testing.TB) int {
 
 // requireRoot skips a test that needs a testbed when it cannot have one,
 // unless CI=true, where that is a failure.
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	if err := testbed.Available(); err != nil {
 		if os.Getenv("CI") == "true" {
