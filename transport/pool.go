@@ -10,13 +10,13 @@ import (
 type BufferPool = Pool[byte]
 
 // Pool recycles slices of T, such as payload buffers or float32
-// accumulators. A job sends and receives the same
-// piece sizes every iteration, and a fresh megabyte buffer costs a page
-// fault per 4 KiB (the kernel hands over zeroed pages) and garbage
-// collection on every frame. Unlike a sync.Pool, which the collector
-// empties every cycle (and a job's allocations of megabytes trigger a cycle
-// every few frames), a BufferPool keeps its buffers until it holds more
-// than its limit, so that in steady state no frame allocates.
+// accumulators. A job sends and receives the same piece sizes every
+// iteration, and a fresh megabyte buffer costs a page fault per 4 KiB (the
+// kernel hands over zeroed pages) and garbage collection on every frame.
+// Unlike a sync.Pool, which the collector empties every cycle (and a job's
+// allocations of megabytes trigger a cycle every few frames), a Pool keeps
+// its buffers until it holds more than its limit, so that in steady state
+// no frame allocates.
 //
 // Buffers are kept in size classes of a quarter of a power of two, so a
 // buffer has at most 25% more capacity than asked for and a Get finds one
@@ -36,7 +36,7 @@ type Pool[T any] struct {
 	clock   uint64 // counts Puts, to tell which class was used last
 }
 
-// DefaultPoolLimit is a BufferPool's limit unless it sets one: ample for the
+// DefaultPoolLimit is a Pool's limit unless it sets one: ample for the
 // frames a credit window keeps in flight.
 const DefaultPoolLimit = 512 << 20
 
