@@ -159,6 +159,12 @@ func rawClient(t *testing.T, addr string, cfg Config) net.Conn {
 	return nc
 }
 
+// halfClose ends what a raw client sends (FIN) without closing it: a full
+// close with unread bytes in its receive buffer (a heartbeat the listener
+// sent meanwhile) resets the connection, and the receiver would see a reset
+// instead of the truncation a test expects. rawClient's cleanup closes it.
+func halfClose(nc net.Conn) { nc.(*net.TCPConn).CloseWrite() }
+
 func accept(t *testing.T, l *Listener) *Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -593,7 +599,7 @@ func TestTruncatedFrame(t *testing.T) {
 			nc := rawClient(t, l.Addr().String(), testConfig("worker", 5))
 			srv := accept(t, l)
 			tc.write(nc)
-			nc.Close()
+			halfClose(nc)
 			_, err := srv.Recv()
 			mustContain(t, err, "peer worker 5 (127.0.0.1:", tc.want)
 			if !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -872,7 +878,7 @@ func TestTruncatedLargePayloadCountsFromStart(t *testing.T) {
 	go func() {
 		nc.Write(Header{Kind: KindRing, Length: want}.Append(nil))
 		nc.Write(make([]byte, sent))
-		nc.Close()
+		halfClose(nc)
 	}()
 	_, err := srv.Recv()
 	mustContain(t, err, fmt.Sprintf("got %d of %d payload bytes (ring frame", sent, want))
