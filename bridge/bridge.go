@@ -384,20 +384,42 @@ type Session struct {
 	closed bool
 }
 
+// Hooks tell a binding what the engine did, on the engine's goroutines, so
+// that its training thread can wait without calling into Go (see
+// worker.Config.OnOpen and OnStop). Both may be nil.
+type Hooks struct {
+	OnOpen func(layer, iteration int)
+	OnStop func(err error)
+}
+
 // Open parses the request, joins the job and starts the engine. It blocks
 // until every process of the job has joined (or ctx ends).
-func Open(ctx context.Context, reqJSON []byte, env func(string) string) (*Session, error) {
+func Open(ctx context.Context, reqJSON []byte, env func(string) string, hooks Hooks) (*Session, error) {
+	req, err := DecodeRequest(reqJSON)
+	if err != nil {
+		return nil, err
+	}
+	return OpenRequest(ctx, req, env, hooks)
+}
+
+// DecodeRequest parses a binding's request; unknown fields are errors.
+func DecodeRequest(reqJSON []byte) (Request, error) {
 	var req Request
 	dec := json.NewDecoder(strings.NewReader(string(reqJSON)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		return nil, fmt.Errorf("bridge: bad request %.80q: %w", reqJSON, err)
+		return Request{}, fmt.Errorf("bridge: bad request %.80q: %w", reqJSON, err)
 	}
+	return req, nil
+}
+
+// OpenRequest is Open with the request decoded.
+func OpenRequest(ctx context.Context, req Request, env func(string) string, hooks Hooks) (*Session, error) {
 	st, err := ParseSettings(req, env)
 	if err != nil {
 		return nil, err
 	}
-	co := job.ConnectOptions{Tensors: st.Tensors}
+	co := job.ConnectOptions{Tensors: st.Tensors, OnOpen: hooks.OnOpen, OnStop: hooks.OnStop}
 	var trace *observe.Observer
 	if st.EngineTrace != "" {
 		if trace, err = observe.New(st.EngineTrace, st.Rank, nil); err != nil {
@@ -539,16 +561,43 @@ func (s *Session) Post(tensor, iteration int, data []float32) error {
 	return s.w.Post(tensor, iteration, data)
 }
 
+// PostAll hands over several gradients of iteration at once, as Post
+// would each (see worker.Engine.PostAll).
+func (s *Session) PostAll(iteration int, posts []worker.Posting) error {
+	if iteration < 0 {
+		return fmt.Errorf("bridge: iteration %d < 0", iteration)
+	}
+	return s.w.PostAll(iteration, posts)
+}
+
 // WaitLayer blocks until every tensor of layer of iteration is summed.
 func (s *Session) WaitLayer(layer, iteration int) error {
-	if s.tuning == nil {
-		return s.w.WaitLayer(layer, iteration)
-	}
 	from := time.Now()
 	err := s.w.WaitLayer(layer, iteration)
-	s.tuning.Waited(from, time.Now())
+	s.Waited(from, time.Now())
 	return err
 }
+
+// Waited tells the tuner (if any) that the training thread was blocked on
+// a layer's sums from from to to: a binding that waits outside Go (Hooks)
+// reports its waits so, before its next Mark.
+func (s *Session) Waited(from, to time.Time) {
+	if s.tuning != nil {
+		s.tuning.Waited(from, to)
+	}
+}
+
+// Layers is the number of layers of the session's tensors.
+func (s *Session) Layers() int {
+	n := 0
+	for _, t := range s.tensors {
+		n = max(n, t.Layer+1)
+	}
+	return n
+}
+
+// Tensors are the session's tensors, in the binding's order.
+func (s *Session) Tensors() []Tensor { return s.tensors }
 
 // Close ends the session: ok says goodbye to every peer (the job ended
 // normally); otherwise connections close with an error the peers report.

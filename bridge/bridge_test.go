@@ -132,12 +132,12 @@ func TestParseSettingsErrors(t *testing.T) {
 
 func TestOpenBadRequest(t *testing.T) {
 	for _, req := range []string{"", "{", `{"tensors": 3}`, `{"tensors": [], "extra": 1}`} {
-		if _, err := Open(context.Background(), []byte(req), envOf(nil)); err == nil {
+		if _, err := Open(context.Background(), []byte(req), envOf(nil), Hooks{}); err == nil {
 			t.Errorf("Open(%q) succeeded", req)
 		}
 	}
 	bad := filepath.Join(t.TempDir(), "no", "dir", "rank-0.json")
-	_, err := Open(context.Background(), []byte(`{"tensors":[{"name":"w","layer":0,"elems":4}]}`), envOf(map[string]string{"AUTOBYTE_TRACE": bad}))
+	_, err := Open(context.Background(), []byte(`{"tensors":[{"name":"w","layer":0,"elems":4}]}`), envOf(map[string]string{"AUTOBYTE_TRACE": bad}), Hooks{})
 	if err == nil || !strings.Contains(err.Error(), "engine-rank-0.json") {
 		t.Errorf("Open with an unwritable AUTOBYTE_TRACE: %v, want an error naming engine-rank-0.json", err)
 	}
@@ -215,7 +215,7 @@ func runSessions(t *testing.T, settings string, iterations int) []*Session {
 			defer wg.Done()
 			env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
 				"MASTER_PORT": strconv.Itoa(port), "AUTOBYTE_TOKEN": "tok", "AUTOBYTE_LISTEN": "127.0.0.1:0"}
-			sessions[r], errs[r] = Open(ctx, []byte(req), envOf(env))
+			sessions[r], errs[r] = Open(ctx, []byte(req), envOf(env), Hooks{})
 		}()
 	}
 	wg.Wait()

@@ -188,7 +188,10 @@ func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor
 
 // ConnectOptions are optional hooks of a worker engine.
 type ConnectOptions struct {
-	OnDone    func(tensor, iteration int)
+	OnDone func(tensor, iteration int)
+	// OnOpen and OnStop: see worker.Config.
+	OnOpen    func(layer, iteration int)
+	OnStop    func(err error)
 	Observer  worker.Observer
 	Decisions *proto.DecisionLog
 	// Tensors, if set, are the engine's tensors in place of those of
@@ -335,7 +338,8 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 		}
 	}
 
-	ecfg.OnDone, ecfg.Observer, ecfg.Decisions = co.OnDone, co.Observer, co.Decisions
+	ecfg.OnDone, ecfg.OnOpen, ecfg.OnStop = co.OnDone, co.OnOpen, co.OnStop
+	ecfg.Observer, ecfg.Decisions = co.Observer, co.Decisions
 	e, err := worker.New(ecfg)
 	if err != nil {
 		return nil, err

@@ -102,6 +102,13 @@ type Config struct {
 	// OnDone is called, on the engine's goroutine, when a tensor's sum is in
 	// place in the slice given to Post. It must not block for long.
 	OnDone func(tensor, iteration int)
+	// OnOpen is called, on the engine's goroutine, when layer's gate opens
+	// for iteration (every tensor of the layer is in place; WaitLayer
+	// returns for it now), and OnStop once, with the reason, when the
+	// engine stops. Bindings that wait without entering Go use them. They
+	// must not block for long.
+	OnOpen func(layer, iteration int)
+	OnStop func(err error)
 	// Observer, if set, is told about every piece (and, by Replay, every
 	// compute step and iteration): timelines and metrics.
 	Observer Observer
@@ -287,8 +294,12 @@ func (e *Engine) Start(ctx context.Context) {
 		if e.failed == nil {
 			e.failed = context.Cause(e.ctx)
 		}
+		failed := e.failed
 		e.gateMu.Unlock()
 		e.gate.Broadcast()
+		if e.cfg.OnStop != nil {
+			e.cfg.OnStop(failed)
+		}
 	}()
 }
 
@@ -548,6 +559,11 @@ func (e *Engine) carryOut() error {
 		}
 		e.gateMu.Unlock()
 		e.gate.Broadcast()
+		if e.cfg.OnOpen != nil {
+			for _, g := range rd.Opened {
+				e.cfg.OnOpen(g.Layer, g.Iteration)
+			}
+		}
 	}
 	return nil
 }

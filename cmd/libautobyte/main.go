@@ -12,10 +12,17 @@
 // engine sends from it and writes the sum over all workers back into it, and
 // the caller must not touch or free it until ab_wait_layer returned for the
 // tensor's layer and iteration. No copy is made on the Go side.
+//
+// ab_post, ab_wait_layer and ab_last_error are C (handoff.c), so that the
+// training thread never enters the Go runtime on its hot path: ab_post
+// queues and returns (its errors: bad arguments at once, the engine's at a
+// later call), the engine's goroutine drains the queue (drain below).
 package main
 
 /*
 #include <stdint.h>
+#include <stdlib.h>
+#include "handoff.h"
 */
 import "C"
 
@@ -24,29 +31,41 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/autobyte/autobyte/bridge"
+	"github.com/autobyte/autobyte/worker"
 )
+
+// open is the process's session: at most one.
+type open struct {
+	s       *bridge.Session
+	wake    *os.File // the eventfd handoff.c writes when the queue stops being empty
+	drained chan struct{}
+	// The clocks at the start: waits measured in C (CLOCK_MONOTONIC) are
+	// reported to the tuner as times of Go's clock.
+	wall0 time.Time
+	mono0 int64
+}
 
 var (
 	mu      sync.Mutex
-	session *bridge.Session
-	// lastErr is per process, like errno without threads: bindings call
-	// from one thread at a time per session in practice, and a racing
-	// reader at worst sees a newer error.
-	errMu   sync.Mutex
-	lastErr string
+	session *open
 )
 
 func fail(err error) C.int {
-	errMu.Lock()
-	lastErr = err.Error()
-	errMu.Unlock()
+	setError(err.Error())
 	return -1
 }
 
-func current() (*bridge.Session, error) {
+func setError(msg string) {
+	cs := C.CString(msg)
+	C.abh_set_error(cs)
+	C.free(unsafe.Pointer(cs))
+}
+
+func current() (*open, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	if session == nil {
@@ -68,45 +87,96 @@ func ab_open(req *C.char, n C.int) C.int {
 	if req == nil || n < 0 {
 		return fail(errors.New("libautobyte: ab_open: no request"))
 	}
-	s, err := bridge.Open(context.Background(), C.GoBytes(unsafe.Pointer(req), n), os.Getenv)
+	o := &open{drained: make(chan struct{})}
+	// The engine may open a layer or stop before Open returns; handoff.c
+	// is open before it, and o.s is not needed by the hooks.
+	hooks := bridge.Hooks{
+		OnOpen: func(layer, iteration int) { C.abh_opened(C.int(layer), C.int(iteration)) },
+		OnStop: func(err error) {
+			cs := C.CString(err.Error())
+			C.abh_stop(cs)
+			C.free(unsafe.Pointer(cs))
+		},
+	}
+	r, err := bridge.DecodeRequest(C.GoBytes(unsafe.Pointer(req), n))
 	if err != nil {
 		return fail(err)
 	}
-	session = s
+	layers := 0
+	elems := (*C.int64_t)(C.malloc(C.size_t(max(len(r.Tensors), 1)) * 8))
+	for i, t := range r.Tensors {
+		unsafe.Slice(elems, len(r.Tensors))[i] = C.int64_t(t.Elems)
+		layers = max(layers, t.Layer+1)
+	}
+	fd := C.abh_open(C.int(len(r.Tensors)), elems, C.int(layers))
+	C.free(unsafe.Pointer(elems))
+	if fd < 0 {
+		return -1 // handoff.c set the error
+	}
+	o.wake = os.NewFile(uintptr(fd), "libautobyte-handoff")
+	s, err := bridge.OpenRequest(context.Background(), r, os.Getenv, hooks)
+	if err != nil {
+		_ = o.wake.Close()
+		C.abh_close()
+		return fail(err)
+	}
+	if s.Tuning() {
+		C.abh_record_waits(1)
+	}
+	o.s = s
+	o.wall0, o.mono0 = time.Now(), int64(C.abh_now())
+	go o.drain()
+	session = o
 	return 0
 }
 
-// ab_post hands over n float32 elements at data as tensor's gradient of
-// iteration.
-//
-//export ab_post
-func ab_post(tensor, iteration C.int, data *C.float, n C.int64_t) C.int {
-	s, err := current()
-	if err != nil {
-		return fail(err)
+// drain hands the queued gradients to the engine until the session closes,
+// each run of one iteration as one event.
+func (o *open) drain() {
+	defer close(o.drained)
+	var word [8]byte
+	buf := make([]C.abh_post, 256)
+	var posts []worker.Posting
+	for {
+		if _, err := o.wake.Read(word[:]); err != nil {
+			return // closed by ab_close
+		}
+		for {
+			n := int(C.abh_take(&buf[0], C.int(len(buf))))
+			if n == 0 {
+				break
+			}
+			for i := 0; i < n; {
+				k := int(buf[i].iteration)
+				posts = posts[:0]
+				for ; i < n && int(buf[i].iteration) == k; i++ {
+					p := buf[i]
+					posts = append(posts, worker.Posting{Tensor: int(p.tensor), Grad: unsafe.Slice((*float32)(unsafe.Pointer(p.data)), int(p.n))})
+				}
+				if err := o.s.PostAll(k, posts); err != nil {
+					cs := C.CString(err.Error())
+					C.abh_stop(cs)
+					C.free(unsafe.Pointer(cs))
+				}
+			}
+		}
 	}
-	if data == nil || n < 0 {
-		return fail(errors.New("libautobyte: ab_post: no data"))
-	}
-	grad := unsafe.Slice((*float32)(unsafe.Pointer(data)), int(n))
-	if err := s.Post(int(tensor), int(iteration), grad); err != nil {
-		return fail(err)
-	}
-	return 0
 }
 
-// ab_wait_layer blocks until every tensor of layer of iteration is summed.
-//
-//export ab_wait_layer
-func ab_wait_layer(layer, iteration C.int) C.int {
-	s, err := current()
-	if err != nil {
-		return fail(err)
+// reportWaits hands the waits handoff.c recorded to the tuner.
+func (o *open) reportWaits() {
+	var buf [2 * 256]C.int64_t
+	for {
+		n := int(C.abh_take_waits(&buf[0], 256))
+		for i := range n {
+			from := o.wall0.Add(time.Duration(int64(buf[2*i]) - o.mono0))
+			to := o.wall0.Add(time.Duration(int64(buf[2*i+1]) - o.mono0))
+			o.s.Waited(from, to)
+		}
+		if n < 256 {
+			return
+		}
 	}
-	if err := s.WaitLayer(int(layer), int(iteration)); err != nil {
-		return fail(err)
-	}
-	return 0
 }
 
 // ab_tuning returns 1 if this session tunes itself (rank 0 with a tuner):
@@ -114,8 +184,8 @@ func ab_wait_layer(layer, iteration C.int) C.int {
 //
 //export ab_tuning
 func ab_tuning() C.int {
-	s, err := current()
-	if err != nil || !s.Tuning() {
+	o, err := current()
+	if err != nil || !o.s.Tuning() {
 		return 0
 	}
 	return 1
@@ -126,11 +196,12 @@ func ab_tuning() C.int {
 //
 //export ab_mark
 func ab_mark(event, iteration C.int) C.int {
-	s, err := current()
+	o, err := current()
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.Mark(int(event), int(iteration)); err != nil {
+	o.reportWaits()
+	if err := o.s.Mark(int(event), int(iteration)); err != nil {
 		return fail(err)
 	}
 	return 0
@@ -142,11 +213,11 @@ func ab_mark(event, iteration C.int) C.int {
 //
 //export ab_report
 func ab_report(buf *C.char, n C.int) C.int {
-	s, err := current()
+	o, err := current()
 	if err != nil {
 		return fail(err)
 	}
-	r, err := s.Report()
+	r, err := o.s.Report()
 	if err != nil {
 		return fail(err)
 	}
@@ -159,31 +230,24 @@ func ab_report(buf *C.char, n C.int) C.int {
 //export ab_close
 func ab_close(ok C.int, reason *C.char) C.int {
 	mu.Lock()
-	s := session
+	o := session
 	session = nil
 	mu.Unlock()
-	if s == nil {
+	if o == nil {
 		return 0
 	}
 	why := ""
 	if reason != nil {
 		why = C.GoString(reason)
 	}
-	if err := s.Close(ok != 0, why); err != nil {
+	err := o.s.Close(ok != 0, why)
+	_ = o.wake.Close()
+	<-o.drained
+	C.abh_close()
+	if err != nil {
 		return fail(err)
 	}
 	return 0
-}
-
-// ab_last_error copies the last error (NUL-terminated, truncated to fit)
-// into buf of size n and returns its full length.
-//
-//export ab_last_error
-func ab_last_error(buf *C.char, n C.int) C.int {
-	errMu.Lock()
-	msg := lastErr
-	errMu.Unlock()
-	return copyOut(buf, n, []byte(msg))
 }
 
 // copyOut copies b into the caller's buffer buf of size n, truncated and

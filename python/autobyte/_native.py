@@ -33,7 +33,7 @@ def _newest_go_source(root):
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if not d.startswith(".") and d not in ("python", "docs", "out", "testdata")]
         for f in filenames:
-            if f.endswith(".go") or f in ("go.mod", "go.sum"):
+            if f.endswith((".go", ".c", ".h")) or f in ("go.mod", "go.sum"):
                 newest = max(newest, os.path.getmtime(os.path.join(dirpath, f)))
     return newest
 
@@ -84,12 +84,13 @@ class Engine:
         lib.ab_open.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.ab_post.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_int64]
         lib.ab_wait_layer.argtypes = [ctypes.c_int, ctypes.c_int]
+        lib.ab_wait_run.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.ab_close.argtypes = [ctypes.c_int, ctypes.c_char_p]
         lib.ab_last_error.argtypes = [ctypes.c_char_p, ctypes.c_int]
         lib.ab_tuning.argtypes = []
         lib.ab_mark.argtypes = [ctypes.c_int, ctypes.c_int]
         lib.ab_report.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_close, lib.ab_last_error,
+        for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_wait_run, lib.ab_close, lib.ab_last_error,
                   lib.ab_tuning, lib.ab_mark, lib.ab_report):
             f.restype = ctypes.c_int
         req = json.dumps({"tensors": tensors, "settings": settings or {}}).encode()
@@ -109,6 +110,14 @@ class Engine:
 
     def wait_layer(self, layer, iteration):
         self._check(self._lib.ab_wait_layer(layer, iteration))
+
+    def wait_run(self, layer, iteration):
+        """wait_layer, returning how many layers from layer on (at least 1)
+        have their sums of iteration in place."""
+        n = self._lib.ab_wait_run(layer, iteration)
+        if n < 0:
+            self._check(n)
+        return n
 
     # Events of ab_mark.
     FORWARD_BEGIN, FORWARD_END, BACKWARD_END = 0, 1, 2

@@ -9,7 +9,8 @@ Perfetto) of what its training thread did:
 * ``backward`` spans: from the first gradient autograd produced to the end
   of the backward pass;
 * ``wait layer N`` spans, nested in the forward: how long the module of
-  layer N waited for its parameters' sums;
+  layer N waited for its parameters' sums (``layers``: N and the layers
+  after it whose sums were in already, updated with it);
 * ``post`` instants: each gradient handed to the engine.
 
 Beside it, the Go engine writes ``engine-NAME``: each piece's QUEUE (posted
@@ -108,6 +109,9 @@ class Worker:
         self.rank = doc.get("otherData", {}).get("rank", 0)
         self.forward, self.backward = {}, {}  # step -> (t0, t1)
         self.waits = {}  # step (whose forward waited) -> layer -> (t0, t1)
+        # step -> layer -> when its sums were known to be in place: the end
+        # of the wait of its run of layers
+        self.opened = {}
         self.posts = {}  # step -> layer -> last post time
         for e in doc["traceEvents"]:
             args = e.get("args", {})
@@ -118,8 +122,10 @@ class Worker:
                     self.forward[args["step"]] = span
                 elif name == "backward":
                     self.backward[args["step"]] = span
-                elif e.get("cat") == "wait":
+                elif e.get("cat") == "wait" and "layer" in args:
                     self.waits.setdefault(args["step"], {})[args["layer"]] = span
+                    for layer in args.get("layers", [args["layer"]]):
+                        self.opened.setdefault(args["step"], {})[layer] = span[1]
             elif name == "post":
                 layers = self.posts.setdefault(args["step"], {})
                 layers[args["layer"]] = max(layers.get(args["layer"], ts), ts)

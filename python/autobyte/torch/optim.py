@@ -1,11 +1,12 @@
-"""Applying the wrapped optimizer's update one layer at a time.
+"""Applying the wrapped optimizer's update a few layers at a time.
 
 A layer's update runs as soon as its sums are in, before the rest of the
-model is synchronised. For that, each (layer, parameter group) gets an
-instance of the optimizer's own class over just those parameters, sharing
-the optimizer's state; its hyper-parameters are the group's as they were
-when step() was called. This is exact for every optimizer whose update of a
-parameter reads only that parameter's gradient and state.
+model is synchronised, together with the layers after it whose sums are in
+too. For that, each parameter group gets an instance of the optimizer's own
+class, sharing the optimizer's state, that steps just the parameters of
+those layers; its hyper-parameters are the group's as they were when step()
+was called. This is exact for every optimizer whose update of a parameter
+reads only that parameter's gradient and state.
 """
 
 import inspect
@@ -48,40 +49,48 @@ def hyper_parameters(optimizer):
 
 
 class LayerUpdates:
-    """The optimizer's update, one layer at a time."""
+    """The optimizer's update, a run of layers at a time."""
 
     def __init__(self, optimizer, layout):
         self.optimizer = optimizer
         accepted = inspect.signature(type(optimizer).__init__).parameters
-        # layer -> [(group, optimizer over the layer's tensors of that group, tensors)]
-        self.subs = []
+        # layer -> [(group, tensors of the layer in that group)]
+        self.groups_of = []
         for ts in layout.layer_params:
             by_group = {}
             for t in ts:
                 by_group.setdefault(layout.group_of[t], []).append(t)
-            subs = []
-            for gi, group_ts in sorted(by_group.items()):
-                g = optimizer.param_groups[gi]
+            self.groups_of.append(sorted(by_group.items()))
+        # group -> an optimizer of the wrapped class for that group, whose
+        # parameter list is set to the tensors being updated at each call:
+        # one step() for a whole run of layers, whose Python overhead is
+        # what a layer-by-layer update pays once per layer.
+        self.subs = {}
+        for gi, g in enumerate(optimizer.param_groups):
+            if g["params"]:
                 kw = {k: v for k, v in g.items() if k != "params" and k in accepted}
-                sub = type(optimizer)([layout.params[t] for t in group_ts], **kw)
-                subs.append((gi, sub, group_ts))
-            self.subs.append(subs)
+                self.subs[gi] = type(optimizer)(list(g["params"]), **kw)
         self.share_state()
 
     def share_state(self):
-        """Points every layer's optimizer at the optimizer's state (again
+        """Points every group's optimizer at the optimizer's state (again
         after optimizer.load_state_dict, which replaces it)."""
-        for subs in self.subs:
-            for _, sub, _ in subs:
-                sub.state = self.optimizer.state
+        for sub in self.subs.values():
+            sub.state = self.optimizer.state
 
-    def apply(self, layer, hyper, params, grad):
-        """Runs layer's update with grad(t) as tensor t's gradient (None:
-        no worker had one, so the optimizer leaves it alone, as it would in
-        one process)."""
-        for gi, sub, ts in self.subs[layer]:
+    def apply(self, layers, hyper, params, grad):
+        """Runs the update of layers with grad(t) as tensor t's gradient
+        (None: no worker had one, so the optimizer leaves it alone, as it
+        would in one process)."""
+        by_group = {}
+        for layer in layers:
+            for gi, ts in self.groups_of[layer]:
+                by_group.setdefault(gi, []).extend(ts)
+        for gi, ts in sorted(by_group.items()):
+            sub = self.subs[gi]
             group = sub.param_groups[0]
             group.update(hyper[gi])
+            group["params"] = [params[t] for t in ts]
             saved = [params[t].grad for t in ts]
             for t in ts:
                 params[t].grad = grad(t)

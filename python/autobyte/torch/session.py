@@ -318,18 +318,28 @@ class Session:
         return self.buf[t] if p.dtype == torch.float32 else self.buf[t].to(p.dtype)
 
     def _apply(self, layer, k):
-        """Waits for layer's sums of step k and applies the update."""
+        """Waits for layer's sums of step k and applies the update, with
+        the layers after it whose sums are in already."""
         if k < 0 or self.applied[layer] >= k:
             return
         t0 = now()
-        self.engine.wait_layer(layer, self._engine_iter(k))
+        ready = self.engine.wait_run(layer, self._engine_iter(k))
+        t1 = now() if self.timeline is not None else None
+        run = [layer]
+        # (The engine may have layers after the model's: buffers.)
+        for l in range(layer + 1, min(layer + ready, self.layout.layers)):
+            if self.applied[l] >= k:
+                break
+            run.append(l)
         if self.timeline is not None:
-            # The forward of step k+1 waits for the sums of step k.
-            self.timeline.span("wait layer %d" % layer, "wait", t0, now(), layer=layer, step=k + 1)
+            # The forward of step k+1 waits for the sums of step k; the
+            # layers after it in the run were in already.
+            self.timeline.span("wait layer %d" % layer, "wait", t0, t1, layer=layer, layers=run, step=k + 1)
         with torch.no_grad():
-            self.updates.apply(layer, self.hyper[k], self.params, self._grad_of)
-        self.applied[layer] = k
-        self.unapplied[k] -= 1
+            self.updates.apply(run, self.hyper[k], self.params, self._grad_of)
+        for l in run:
+            self.applied[l] = k
+        self.unapplied[k] -= len(run)
         if self.unapplied[k] == 0:
             del self.unapplied[k], self.hyper[k]
             self.applied_all = k
