@@ -35,6 +35,7 @@ on every worker alike.
 """
 
 import contextlib
+import ctypes
 import os
 import threading
 
@@ -82,6 +83,11 @@ class Session:
 
         self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
         self.buf = [f[:-1].view(p.shape) for f, p in zip(self.flat, self.params)]
+        # Each buffer's last element, the flag "this worker has a gradient"
+        # whose sum the engine writes back, read and written in place (a
+        # tensor's f[-1] costs microseconds of indexing, on every gradient).
+        self.flag = [ctypes.c_float.from_address(f.data_ptr() + 4 * (f.numel() - 1)) for f in self.flat]
+        self.no_grad = torch.no_grad()  # entered by one thread at a time (under self.lock)
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
@@ -208,7 +214,7 @@ class Session:
         # module did not run in this step's forward passes.
         self._apply(self.layout.layer_of[t], k - 1)
         p, f, b = self.params[t], self.flat[t], self.buf[t]
-        with torch.no_grad():
+        with self.no_grad:
             g = p.grad
             if g is not None:
                 if g.is_sparse:
@@ -220,7 +226,7 @@ class Session:
                 else:
                     b.copy_(g)  # exact; the engine rounds the quotient to g's type on the wire
                     b.div_(self.world)
-                f[-1] = 1.0
+                self.flag[t].value = 1.0
             else:
                 f.zero_()
         self.engine.post(t, self._engine_iter(k), f.data_ptr(), f.numel())
@@ -312,7 +318,7 @@ class Session:
 
     def _grad_of(self, t):
         # The summed flags: how many workers had a gradient for t.
-        if self.flat[t][-1].item() <= 0:
+        if self.flag[t].value <= 0:
             return None
         p = self.params[t]
         return self.buf[t] if p.dtype == torch.float32 else self.buf[t].to(p.dtype)
