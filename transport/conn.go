@@ -83,7 +83,10 @@ func (e *PeerClosedError) Error() string {
 // (smallest Priority, ties in Send order) first, and sends heartbeats when
 // idle. The send queue is not bounded: the caller's credit window bounds it.
 type Conn struct {
-	nc       net.Conn
+	nc net.Conn
+	// raw is nc when nc is a plain TCP connection read and written with
+	// raw system calls (rawsock_linux.go); nil with TLS.
+	raw      *rawSocket
 	tcp      *net.TCPConn // the underlying TCP connection (also under TLS)
 	cfg      Config
 	peerRank int
@@ -146,8 +149,14 @@ func describePeer(role string, rank int, addr net.Addr) string {
 // newConn starts the sender of an authenticated connection.
 func newConn(nc net.Conn, tcp *net.TCPConn, cfg Config, peerRank int, peerRole string) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
+	var raw *rawSocket
+	if tcp != nil && nc == net.Conn(tcp) {
+		if rs, err := newRawSocket(tcp); err == nil {
+			raw, nc = rs, rs
+		}
+	}
 	c := &Conn{
-		nc: nc, tcp: tcp, cfg: cfg,
+		nc: nc, tcp: tcp, cfg: cfg, raw: raw,
 		peerRank: peerRank, peerRole: peerRole,
 		peer:       describePeer(peerRole, peerRank, nc.RemoteAddr()),
 		ctx:        ctx,
@@ -397,8 +406,7 @@ func (c *Conn) write(h Header, payload []byte, shaped bool) error {
 		chunk = chunkLimit(c.cfg.Egress)
 	}
 	if chunk == 0 {
-		bufs := net.Buffers{c.shdr[:], payload}
-		n, err := bufs.WriteTo(c.nc)
+		n, err := c.writeBuffers(net.Buffers{c.shdr[:], payload})
 		c.sent.Add(n)
 		return err
 	}
@@ -419,7 +427,7 @@ func (c *Conn) write(h Header, payload []byte, shaped bool) error {
 		if err := c.cfg.Egress.WaitN(c.ctx, n); err != nil {
 			return fmt.Errorf("egress limiter: %w", err)
 		}
-		w, err := bufs.WriteTo(c.nc)
+		w, err := c.writeBuffers(bufs)
 		c.sent.Add(w)
 		if err != nil {
 			return err
@@ -564,6 +572,14 @@ func (e *truncatedError) Error() string {
 }
 
 func (e *truncatedError) Unwrap() error { return e.err }
+
+// writeBuffers writes bufs with one writev where the socket allows.
+func (c *Conn) writeBuffers(bufs net.Buffers) (int64, error) {
+	if c.raw != nil {
+		return c.raw.writev(bufs)
+	}
+	return bufs.WriteTo(c.nc)
+}
 
 // readFull reads len(b) bytes, failing when no byte arrived for
 // PeerTimeout while we were waiting, and taking bytes from the Ingress
