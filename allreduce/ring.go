@@ -560,6 +560,11 @@ func addPut(dst []float32, b []byte) {
 	if len(b) != 4*len(dst) {
 		panic(fmt.Sprintf("allreduce: addPut: %d bytes for %d floats", len(b), len(dst)))
 	}
+	if vals, ok := transport.FloatView(b); ok {
+		transport.AddFloat32s(dst, b) // vectorised
+		copy(vals, dst)
+		return
+	}
 	le := binary.LittleEndian
 	for len(dst) >= 4 {
 		d := dst[:4:4]

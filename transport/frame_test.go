@@ -184,11 +184,16 @@ func TestAddFloat32sMatchesNaive(t *testing.T) {
 			PutFloat32s(src, b)
 			want := append([]float32(nil), a...)
 			naiveAdd(want, src)
-			got := append([]float32(nil), a...)
-			AddFloat32s(got, src)
-			for i := range want {
-				if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("n=%d: element %d = %v, want %v", n, i, got[i], want[i])
+			// Aligned (the vectorised loop) and one byte off (the scalar one).
+			unaligned := make([]byte, 4*n+1)[1:]
+			copy(unaligned, src)
+			for _, s := range [][]byte{src, unaligned} {
+				got := append([]float32(nil), a...)
+				AddFloat32s(got, s)
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("n=%d: element %d = %v, want %v", n, i, got[i], want[i])
+					}
 				}
 			}
 		}
