@@ -54,7 +54,6 @@ package allreduce
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -554,38 +553,13 @@ func (r *Ring) written(err error) {
 }
 
 // addPut adds the len(dst) little-endian float32 values encoded in b to
-// dst and writes the sums back into b: transport.AddFloat32s followed by
-// transport.PutFloat32s, in one pass. len(b) must be 4*len(dst).
+// dst and writes the sums back into b. len(b) must be 4*len(dst).
 func addPut(dst []float32, b []byte) {
 	if len(b) != 4*len(dst) {
 		panic(fmt.Sprintf("allreduce: addPut: %d bytes for %d floats", len(b), len(dst)))
 	}
-	if vals, ok := transport.FloatView(b); ok {
-		transport.AddFloat32s(dst, b) // vectorised
-		copy(vals, dst)
-		return
-	}
-	le := binary.LittleEndian
-	for len(dst) >= 4 {
-		d := dst[:4:4]
-		s := b[:16:16]
-		v0 := d[0] + math.Float32frombits(le.Uint32(s[0:4]))
-		v1 := d[1] + math.Float32frombits(le.Uint32(s[4:8]))
-		v2 := d[2] + math.Float32frombits(le.Uint32(s[8:12]))
-		v3 := d[3] + math.Float32frombits(le.Uint32(s[12:16]))
-		d[0], d[1], d[2], d[3] = v0, v1, v2, v3
-		le.PutUint32(s[0:4], math.Float32bits(v0))
-		le.PutUint32(s[4:8], math.Float32bits(v1))
-		le.PutUint32(s[8:12], math.Float32bits(v2))
-		le.PutUint32(s[12:16], math.Float32bits(v3))
-		dst = dst[4:]
-		b = b[16:]
-	}
-	for i := range dst {
-		v := dst[i] + math.Float32frombits(le.Uint32(b[4*i:]))
-		dst[i] = v
-		le.PutUint32(b[4*i:], math.Float32bits(v))
-	}
+	transport.AddFloat32s(dst, b) // vectorised where b is aligned
+	transport.PutFloat32s(b, dst)
 }
 
 // chunk returns the element range [lo, hi) of chunk i of n elements cut

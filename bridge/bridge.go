@@ -555,10 +555,7 @@ func (s *Session) Settings() Settings { return s.settings }
 // data with the sum over all workers. The caller must keep data alive and
 // untouched until WaitLayer returns for the tensor's layer and iteration.
 func (s *Session) Post(tensor, iteration int, data []float32) error {
-	if iteration < 0 {
-		return fmt.Errorf("bridge: iteration %d < 0", iteration)
-	}
-	return s.w.Post(tensor, iteration, data)
+	return s.PostAll(iteration, []worker.Posting{{Tensor: tensor, Grad: data}})
 }
 
 // PostAll hands over several gradients of iteration at once, as Post
@@ -586,18 +583,6 @@ func (s *Session) Waited(from, to time.Time) {
 		s.tuning.Waited(from, to)
 	}
 }
-
-// Layers is the number of layers of the session's tensors.
-func (s *Session) Layers() int {
-	n := 0
-	for _, t := range s.tensors {
-		n = max(n, t.Layer+1)
-	}
-	return n
-}
-
-// Tensors are the session's tensors, in the binding's order.
-func (s *Session) Tensors() []Tensor { return s.tensors }
 
 // Close ends the session: ok says goodbye to every peer (the job ended
 // normally); otherwise connections close with an error the peers report.

@@ -206,26 +206,28 @@ HIDDEN int abh_open(int ntensors, const int64_t *elems, int nlayers) {
 	return fd;
 }
 
+// take_locked moves up to max of the *count items of size bytes at from
+// into out, oldest first, and returns how many.
+static int take_locked(void *out, void *from, int *count, int max, size_t size) {
+	int n = *count < max ? *count : max;
+	if (n > 0) {
+		memcpy(out, from, (size_t)n * size);
+		memmove(from, (char *)from + (size_t)n * size, (size_t)(*count - n) * size);
+		*count -= n;
+	}
+	return n;
+}
+
 HIDDEN int abh_take(abh_post *out, int max) {
 	pthread_mutex_lock(&mu);
-	int n = h.queued < max ? h.queued : max;
-	if (n > 0) {
-		memcpy(out, h.queue, (size_t)n * sizeof *out);
-		memmove(h.queue, h.queue + n, (size_t)(h.queued - n) * sizeof *out);
-		h.queued -= n;
-	}
+	int n = take_locked(out, h.queue, &h.queued, max, sizeof *h.queue);
 	pthread_mutex_unlock(&mu);
 	return n;
 }
 
 HIDDEN int abh_take_waits(int64_t *out, int max) {
 	pthread_mutex_lock(&mu);
-	int n = h.nwaits < max ? h.nwaits : max;
-	if (n > 0) {
-		memcpy(out, h.waits, 2 * (size_t)n * sizeof *out);
-		memmove(h.waits, h.waits + 2 * n, 2 * (size_t)(h.nwaits - n) * sizeof *out);
-		h.nwaits -= n;
-	}
+	int n = take_locked(out, h.waits, &h.nwaits, max, 2 * sizeof *h.waits);
 	pthread_mutex_unlock(&mu);
 	return n;
 }

@@ -65,6 +65,14 @@ func setError(msg string) {
 	C.free(unsafe.Pointer(cs))
 }
 
+// stop tells handoff.c that the engine stopped (or refused a post): the
+// training thread's next post or wait fails with err.
+func stop(err error) {
+	cs := C.CString(err.Error())
+	C.abh_stop(cs)
+	C.free(unsafe.Pointer(cs))
+}
+
 func current() (*open, error) {
 	mu.Lock()
 	defer mu.Unlock()
@@ -92,24 +100,19 @@ func ab_open(req *C.char, n C.int) C.int {
 	// is open before it, and o.s is not needed by the hooks.
 	hooks := bridge.Hooks{
 		OnOpen: func(layer, iteration int) { C.abh_opened(C.int(layer), C.int(iteration)) },
-		OnStop: func(err error) {
-			cs := C.CString(err.Error())
-			C.abh_stop(cs)
-			C.free(unsafe.Pointer(cs))
-		},
+		OnStop: stop,
 	}
 	r, err := bridge.DecodeRequest(C.GoBytes(unsafe.Pointer(req), n))
 	if err != nil {
 		return fail(err)
 	}
 	layers := 0
-	elems := (*C.int64_t)(C.malloc(C.size_t(max(len(r.Tensors), 1)) * 8))
+	elems := make([]C.int64_t, max(len(r.Tensors), 1)) // copied by abh_open
 	for i, t := range r.Tensors {
-		unsafe.Slice(elems, len(r.Tensors))[i] = C.int64_t(t.Elems)
+		elems[i] = C.int64_t(t.Elems)
 		layers = max(layers, t.Layer+1)
 	}
-	fd := C.abh_open(C.int(len(r.Tensors)), elems, C.int(layers))
-	C.free(unsafe.Pointer(elems))
+	fd := C.abh_open(C.int(len(r.Tensors)), &elems[0], C.int(layers))
 	if fd < 0 {
 		return -1 // handoff.c set the error
 	}
@@ -141,11 +144,10 @@ func (o *open) drain() {
 		if _, err := o.wake.Read(word[:]); err != nil {
 			return // closed by ab_close
 		}
-		for {
-			n := int(C.abh_take(&buf[0], C.int(len(buf))))
-			if n == 0 {
-				break
-			}
+		// Until the queue is empty: a post into the empty queue wakes
+		// the next read.
+		for n := len(buf); n == len(buf); {
+			n = int(C.abh_take(&buf[0], C.int(len(buf))))
 			for i := 0; i < n; {
 				k := int(buf[i].iteration)
 				posts = posts[:0]
@@ -154,9 +156,7 @@ func (o *open) drain() {
 					posts = append(posts, worker.Posting{Tensor: int(p.tensor), Grad: unsafe.Slice((*float32)(unsafe.Pointer(p.data)), int(p.n))})
 				}
 				if err := o.s.PostAll(k, posts); err != nil {
-					cs := C.CString(err.Error())
-					C.abh_stop(cs)
-					C.free(unsafe.Pointer(cs))
+					stop(err)
 				}
 			}
 		}
