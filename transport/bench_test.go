@@ -82,30 +82,8 @@ func benchLoopback(b *testing.B, reuse bool) {
 // buffers and TCP_NODELAY, the receiver reusing one buffer: the ceiling
 // BenchmarkLoopbackThroughput is compared with.
 func BenchmarkRawTCP(b *testing.B) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	ch := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			b.Error(err)
-		}
-		ch <- c
-	}()
-	cli, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cli.Close()
-	srv := <-ch
-	if srv == nil {
-		b.FailNow()
-	}
-	defer srv.Close()
-	cli.(*net.TCPConn).SetNoDelay(true)
+	cli, srv := tcpLoopbackPair(b)
+	cli.SetNoDelay(true)
 
 	hdr := Header{Kind: KindPush, Length: benchFrame}.Append(nil)
 	payload := make([]byte, benchFrame)
@@ -137,4 +115,31 @@ func BenchmarkRawTCP(b *testing.B) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
+}
+
+// tcpLoopbackPair is a connected pair of plain TCP connections on
+// loopback, closed when the test ends.
+func tcpLoopbackPair(tb testing.TB) (client, server *net.TCPConn) {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	peer := <-accepted
+	if peer == nil {
+		c.Close()
+		tb.Fatal("loopback accept failed")
+	}
+	tb.Cleanup(func() { c.Close(); peer.Close() })
+	return c.(*net.TCPConn), peer.(*net.TCPConn)
 }

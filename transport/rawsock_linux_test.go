@@ -15,30 +15,12 @@ import (
 // rawSocket, the second a plain TCP connection.
 func tcpPair(t *testing.T) (*rawSocket, *net.TCPConn) {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	c, peer := tcpLoopbackPair(t)
+	rs, err := newRawSocket(c)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, _ := l.Accept()
-		accepted <- c
-	}()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer := <-accepted
-	if peer == nil {
-		t.Fatal("accept failed")
-	}
-	rs, err := newRawSocket(c.(*net.TCPConn))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rs.Close(); peer.Close() })
-	return rs, peer.(*net.TCPConn)
+	return rs, peer
 }
 
 func pattern(n int, seed byte) []byte {
