@@ -222,7 +222,13 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, times = [], []
     t0 = time.perf_counter()
-    for _ in range(args.iterations):
+    cpu0 = time.process_time()
+    for i in range(args.iterations):
+        if i == args.warmup:
+            # CPU of every thread of this process (the engine's or gloo's
+            # too) over the steady steps: on shared cores the step time
+            # follows it, and it is far less noisy than the wall clock.
+            cpu0 = time.process_time()
         x, y = batch_fn(gen)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -232,6 +238,7 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
         t1 = time.perf_counter()
         times.append(t1 - t0)
         t0 = t1
+    cpu = time.process_time() - cpu0
     report = finish()
     steady = times[args.warmup:]
     result = {
@@ -239,6 +246,7 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
         "workers": world,
         "iterations": args.iterations,
         "iteration_time_s": sum(steady) / len(steady),
+        "cpu_per_step_s": cpu / len(steady),
         "final_loss": losses[-1],
         "params": sum(p.numel() for p in model.parameters()),
         "torch": torch.__version__,
