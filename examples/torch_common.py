@@ -193,6 +193,19 @@ def distribute(args, model, ddp_sum="gloo"):
     return model, make_optimizer(args, model.parameters()), lambda: None
 
 
+def thread_cpu():
+    """(this thread's CPU seconds, the process's) where Linux's /proc says
+    so, else (None, process). On the training thread, the difference is
+    what the communication's threads (the engine's or gloo's) used."""
+    total = time.process_time()
+    try:
+        with open("/proc/thread-self/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), total
+    except (OSError, ValueError, IndexError):
+        return None, total
+
+
 def train(args, model, batch_fn, loss_fn, extra=None):
     """Runs the loop; prints the result JSON line on rank 0, with extra's
     fields (e.g. which model) added. With --ddp-sum gloo,rank it runs once
@@ -222,13 +235,14 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
     gen = torch.Generator().manual_seed(args.seed * 1000 + rank)
     losses, times = [], []
     t0 = time.perf_counter()
-    cpu0 = time.process_time()
+    cpu0 = thread_cpu()
     for i in range(args.iterations):
         if i == args.warmup:
-            # CPU of every thread of this process (the engine's or gloo's
-            # too) over the steady steps: on shared cores the step time
-            # follows it, and it is far less noisy than the wall clock.
-            cpu0 = time.process_time()
+            # CPU over the steady steps, of this (the training) thread and
+            # of the whole process (the engine's or gloo's threads too): on
+            # shared cores the step time follows what every process spends,
+            # and the split says whose it is.
+            cpu0 = thread_cpu()
         x, y = batch_fn(gen)
         opt.zero_grad()
         loss = loss_fn(net(x), y)
@@ -238,7 +252,7 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
         t1 = time.perf_counter()
         times.append(t1 - t0)
         t0 = t1
-    cpu = time.process_time() - cpu0
+    cpu1 = thread_cpu()
     report = finish()
     steady = times[args.warmup:]
     result = {
@@ -246,7 +260,7 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
         "workers": world,
         "iterations": args.iterations,
         "iteration_time_s": sum(steady) / len(steady),
-        "cpu_per_step_s": cpu / len(steady),
+        "cpu_per_step_s": (cpu1[1] - cpu0[1]) / len(steady),
         "final_loss": losses[-1],
         "params": sum(p.numel() for p in model.parameters()),
         "torch": torch.__version__,
@@ -254,6 +268,8 @@ def train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save):
     }
     if args.backend == "ddp":
         result["ddp_sum"] = ddp_sum
+    if cpu0[0] is not None and cpu1[0] is not None:
+        result["training_thread_cpu_per_step_s"] = (cpu1[0] - cpu0[0]) / len(steady)
     result.update(extra or {})
     if args.losses:
         result["losses"] = losses

@@ -100,17 +100,21 @@ def main():
             for name, launch, flags, env in args.variant:
                 res = run(ab, args.name, args, launch, flags, env)
                 runs[name].append(res)
-                print("round %d  %-16s %.3f s/step  cpu %.3f s/step  final loss %.6f" % (
-                    r + 1, name, res["iteration_time_s"], res.get("cpu_per_step_s", float("nan")), res["final_loss"]), flush=True)
+                print("round %d  %-16s %.3f s/step  cpu %.3f s/step (training thread %.3f)  final loss %.6f" % (
+                    r + 1, name, res["iteration_time_s"], res.get("cpu_per_step_s", float("nan")),
+                    res.get("training_thread_cpu_per_step_s", float("nan")), res["final_loss"]), flush=True)
     finally:
         if not args.loopback:
             subprocess.run([ab, "testbed", "down", "--name", args.name], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     base = names[0]
     medians = {n: statistics.median(x["iteration_time_s"] for x in runs[n]) for n in names}
-    # Rank 0's process CPU (all its threads) per steady step, where the script reports it.
-    cpu = {n: statistics.median(x["cpu_per_step_s"] for x in runs[n]) if all("cpu_per_step_s" in x for x in runs[n]) else None
-           for n in names}
+    # Rank 0's CPU per steady step, all its threads and the training
+    # thread's alone, where the script reports them.
+    def median_of(n, key):
+        return statistics.median(x[key] for x in runs[n]) if all(key in x for x in runs[n]) else None
+    cpu = {n: median_of(n, "cpu_per_step_s") for n in names}
+    train_cpu = {n: median_of(n, "training_thread_cpu_per_step_s") for n in names}
     summary = []
     for name, launch, flags, env in args.variant:
         times = [x["iteration_time_s"] for x in runs[name]]
@@ -118,10 +122,12 @@ def main():
         ratios = [b["iteration_time_s"] / x["iteration_time_s"] for b, x in zip(runs[base], runs[name])]
         summary.append({"variant": name, "launch": launch, "script_flags": flags, "env": env, "iteration_time_s": times,
                         "median_s": medians[name], "speedup_over_" + base: medians[base] / medians[name],
-                        "round_ratios": ratios, "median_cpu_per_step_s": cpu[name]})
-        print("median %-16s %.3f s/step  %.2fx %s  (rounds %s)%s" % (
+                        "round_ratios": ratios, "median_cpu_per_step_s": cpu[name],
+                        "median_training_thread_cpu_per_step_s": train_cpu[name]})
+        print("median %-16s %.3f s/step  %.2fx %s  (rounds %s)%s%s" % (
             name, medians[name], medians[base] / medians[name], base, " ".join("%.2f" % q for q in ratios),
-            "" if cpu[name] is None else "  rank 0 cpu %.3f s/step" % cpu[name]), flush=True)
+            "" if cpu[name] is None else "  rank 0 cpu %.3f s/step" % cpu[name],
+            "" if train_cpu[name] is None else " (training thread %.3f)" % train_cpu[name]), flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"script": args.script, "rate": "loopback" if args.loopback else args.rate, "workers": args.workers, "rounds": args.rounds,
