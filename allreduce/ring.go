@@ -60,6 +60,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
@@ -95,6 +96,9 @@ type Ring struct {
 	err     error         // first failure; set once
 	failed  chan struct{} // closed when err is set
 	running bool          // Run was called
+	// heldBack counts pieces whose done waited for frames sent from their
+	// data (tests check the wait is exercised).
+	heldBack int
 }
 
 // pieceKey identifies a piece on the wire.
@@ -131,6 +135,16 @@ type piece struct {
 	// frames by step until they are processed.
 	next int
 	recv []*transport.Frame
+	// sending counts frames sent straight from data (float32 chunks on a
+	// little-endian machine) that are not written yet; a piece whose steps
+	// are all processed (or that failed) is finished, and its done waits
+	// until sending is 0, so that data is not given back while a queued
+	// frame still reads it.
+	sending  int
+	finished bool
+	// startWritten: step 0, sent from data, is written (all-gather step 0
+	// may overwrite its chunk).
+	startWritten bool
 }
 
 // completion is a done callback to run once the lock is released.
@@ -281,10 +295,10 @@ func (r *Ring) Goodbye(timeout time.Duration) error {
 // readPrev receives ring frames from the previous rank until an error.
 func (r *Ring) readPrev() {
 	// Each payload is summed into and forwarded as the next step's (step),
-	// then recycled once written.
-	dest := transport.PoolDest(&payloads)
+	// then recycled once written; all-gather payloads of float32 pieces
+	// land in the piece's data (gatherInto).
 	for {
-		f, err := r.prev.RecvTo(dest)
+		f, err := r.prev.RecvTo(r.gatherInto)
 		if err != nil {
 			r.fail(fmt.Errorf("allreduce: rank %d: lost previous rank %d: %w", r.rank, r.prevRank, err))
 			return
@@ -335,7 +349,7 @@ func (r *Ring) failLocked(err error) []completion {
 	var cs []completion
 	for k, p := range r.pieces {
 		if p.started && !p.busy {
-			cs = append(cs, completion{p.done, err})
+			cs = append(cs, r.finishLocked(p)...)
 		}
 		delete(r.pieces, k)
 	}
@@ -385,10 +399,17 @@ func (r *Ring) Start(p sched.Piece, priority uint64, d dtype.DType, data []float
 	r.mu.Unlock()
 
 	lo, hi := chunk(len(data), r.size, r.rank)
-	payload := payloads.Get(d.Size() * (hi - lo))
-	exp := d.Scale(data[lo:hi])
-	d.Encode(payload, data[lo:hi], exp)
-	err := r.send(pc, 0, lo, payload, exp)
+	var err error
+	if b, ok := dataBytes(d, data[lo:hi]); ok {
+		// This chunk is next written by all-gather step 0, with its sum,
+		// which cannot exist before the next rank has read this frame.
+		err = r.sendData(pc, 0, lo, b)
+	} else {
+		payload := payloads.Get(d.Size() * (hi - lo))
+		exp := d.Scale(data[lo:hi])
+		d.Encode(payload, data[lo:hi], exp)
+		err = r.send(pc, 0, lo, payload, exp)
+	}
 
 	r.mu.Lock()
 	var cs []completion
@@ -450,7 +471,7 @@ func (r *Ring) drive(pc *piece) []completion {
 	for {
 		if r.err != nil {
 			pc.busy = false
-			return []completion{{pc.done, r.err}}
+			return r.finishLocked(pc)
 		}
 		s := pc.next
 		f := pc.recv[s]
@@ -465,7 +486,7 @@ func (r *Ring) drive(pc *piece) []completion {
 		if err != nil {
 			cs := r.failLocked(err)
 			pc.busy = false
-			return append(cs, completion{pc.done, r.err})
+			return append(cs, r.finishLocked(pc)...)
 		}
 		pc.next++
 		if pc.next == r.steps {
@@ -473,7 +494,7 @@ func (r *Ring) drive(pc *piece) []completion {
 				delete(r.pieces, pc.key)
 			}
 			pc.busy = false
-			return []completion{{pc.done, nil}}
+			return r.finishLocked(pc)
 		}
 	}
 }
@@ -500,6 +521,30 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 	}
 	dst := pc.data[lo:hi]
 	exp := int(f.Scale)
+	if own, ok := dataBytes(d, dst); ok && len(own) > 0 {
+		// float32 chunks on a little-endian machine: frames are sent
+		// straight from data where data holds what they carry, and
+		// all-gather frames are received into it (gatherInto). A chunk
+		// sent from data is not written again before the piece finishes.
+		switch {
+		case s >= r.size-1: // all-gather: forward the chunk as it came
+			if !sameMemory(f.Payload, own) {
+				copy(own, f.Payload)
+				payloads.Put(f.Payload)
+			}
+			if s+1 == r.steps {
+				return nil
+			}
+			return r.sendData(pc, s+1, lo, own)
+		case s == r.size-2: // the last reduce-scatter step: this chunk's sum
+			transport.AddFloat32s(dst, f.Payload)
+			payloads.Put(f.Payload)
+			return r.sendData(pc, s+1, lo, own)
+		default: // a partial sum, sent on in the received frame's memory
+			addInto(f.Payload, dst)
+			return r.send(pc, s+1, lo, f.Payload, exp)
+		}
+	}
 	switch {
 	case s >= r.size-1:
 		d.Decode(dst, f.Payload, exp) // forwarded as it came
@@ -519,7 +564,10 @@ func (r *Ring) step(pc *piece, s int, f *transport.Frame) error {
 }
 
 // payloads recycles the frames received from the previous rank.
-var payloads transport.BufferPool
+var (
+	payloads transport.BufferPool
+	poolDest = transport.PoolDest(&payloads)
+)
 
 // send enqueues step s of pc, the chunk at element lo encoded with scale
 // exponent exp, to the next rank. payload must not be modified afterwards.
@@ -535,6 +583,119 @@ func (r *Ring) send(pc *piece, s, lo int, payload []byte, exp int) error {
 		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
 	}
 	return nil
+}
+
+// sendData enqueues step s of pc, the float32 chunk at element lo sent
+// from pc's data itself (b views it). pc does not finish until it is
+// written.
+func (r *Ring) sendData(pc *piece, s, lo int, b []byte) error {
+	k := pc.key
+	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
+		Aux: uint32(s), Priority: pc.prio, Offset: uint64(4 * lo), Elem: uint8(dtype.F32)}
+	r.mu.Lock()
+	pc.sending++ // before the frame is queued: its callback may run at once
+	r.mu.Unlock()
+	written := func(err error) {
+		r.written(err)
+		r.mu.Lock()
+		pc.sending--
+		pc.startWritten = pc.startWritten || (s == 0 && err == nil)
+		var cs []completion
+		if pc.sending == 0 && pc.finished {
+			cs = []completion{{pc.done, r.err}}
+		}
+		r.mu.Unlock()
+		if len(cs) > 0 {
+			go runAll(cs) // not on the sender goroutine, which must not block
+		}
+	}
+	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: b}, written); err != nil {
+		r.mu.Lock()
+		pc.sending--
+		r.mu.Unlock()
+		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
+	}
+	return nil
+}
+
+// finishLocked ends started piece pc, which no goroutine is working on:
+// its done callback (with the ring's error, if any) when no frame sent
+// from its data is queued, else later, from the last one's callback.
+func (r *Ring) finishLocked(pc *piece) []completion {
+	pc.finished = true
+	if pc.sending > 0 {
+		r.heldBack++
+		return nil
+	}
+	return []completion{{pc.done, r.err}}
+}
+
+// dataBytes views a chunk of data as the bytes of its frame, when data
+// travels as float32 and this machine's float32s are the wire format.
+func dataBytes(d dtype.DType, data []float32) ([]byte, bool) {
+	if d != dtype.F32 {
+		return nil, false
+	}
+	b, ok := transport.WireBytes(data)
+	return b[:len(b):len(b)], ok
+}
+
+// sameMemory reports whether a and b are the same bytes.
+func sameMemory(a, b []byte) bool {
+	return len(a) == len(b) && len(a) > 0 && unsafe.SliceData(a) == unsafe.SliceData(b)
+}
+
+// gatherInto is the reader's destination for the payload of frame h: for
+// an all-gather step of a float32 piece this rank has started, the chunk
+// of its data the step overwrites (so the sum lands where it belongs, and
+// is forwarded from there), when nothing can still be reading or writing
+// that chunk; else a buffer from the pool.
+func (r *Ring) gatherInto(h transport.Header) []byte {
+	step := int(h.Aux)
+	if h.Kind == transport.KindRing && dtype.DType(h.Elem) == dtype.F32 && step >= r.size-1 && step < r.steps {
+		r.mu.Lock()
+		b := r.gatherChunkLocked(h, step)
+		r.mu.Unlock()
+		if b != nil {
+			return b
+		}
+	}
+	return poolDest(h)
+}
+
+func (r *Ring) gatherChunkLocked(h transport.Header, step int) []byte {
+	pc := r.pieces[frameKey(h)]
+	if pc == nil || !pc.started || pc.elem != dtype.F32 || pc.recv[step] != nil {
+		return nil
+	}
+	// All-gather step g overwrites chunk rank-g: for g = 0 the chunk step 0
+	// sent from data, for g >= 1 the one reduce-scatter step g-1 summed
+	// into (processed once pc.next >= g). A peer that keeps to the
+	// protocol cannot send the frame before both (its sum needs them);
+	// one that does not gets a pool buffer.
+	g := step - (r.size - 1)
+	if (g == 0 && !pc.startWritten) || pc.next < g {
+		return nil
+	}
+	lo, hi := chunk(len(pc.data), r.size, mod(r.rank-g, r.size))
+	if h.Offset != uint64(4*lo) || int(h.Length) != 4*(hi-lo) || hi == lo {
+		return nil
+	}
+	b, ok := dataBytes(dtype.F32, pc.data[lo:hi:hi])
+	if !ok {
+		return nil
+	}
+	return b
+}
+
+// addInto adds dst's values to the little-endian float32s encoded in b,
+// in b: the partial sum a reduce-scatter step sends on.
+func addInto(b []byte, dst []float32) {
+	if xs, ok := transport.FloatView(b); ok && len(xs) == len(dst) {
+		transport.AddFloats(xs, dst)
+		return
+	}
+	addPut(dst, b) // unaligned: dst's own sum is overwritten by the all-gather anyway
 }
 
 // written is the send callback: a frame that could not be written fails

@@ -17,6 +17,7 @@ import (
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
+	"golang.org/x/time/rate"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -38,11 +39,17 @@ type ring struct {
 // the next and accept from the previous.
 func connect(t testing.TB, size int) (next, prev []*transport.Conn, lns []*transport.Listener) {
 	t.Helper()
+	return connectWith(t, size, tcfg)
+}
+
+// connectWith is connect with each rank's transport configuration from cfg.
+func connectWith(t testing.TB, size int, cfg func(rank int) transport.Config) (next, prev []*transport.Conn, lns []*transport.Listener) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lns = make([]*transport.Listener, size)
 	for r := range size {
-		l, err := transport.Listen("127.0.0.1:0", tcfg(r))
+		l, err := transport.Listen("127.0.0.1:0", cfg(r))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -60,7 +67,7 @@ func connect(t testing.TB, size int) (next, prev []*transport.Conn, lns []*trans
 		wg.Add(2)
 		go func() {
 			defer wg.Done()
-			c, err := transport.Dial(ctx, lns[(r+1)%size].Addr().String(), tcfg(r))
+			c, err := transport.Dial(ctx, lns[(r+1)%size].Addr().String(), cfg(r))
 			next[r] = c
 			errs <- err
 		}()
@@ -90,9 +97,15 @@ func connect(t testing.TB, size int) (next, prev []*transport.Conn, lns []*trans
 // errs. The ring is stopped at the end of the test.
 func newRing(t testing.TB, size int) *ring {
 	t.Helper()
+	return newRingWith(t, size, tcfg)
+}
+
+// newRingWith is newRing with each rank's transport configuration from cfg.
+func newRingWith(t testing.TB, size int, cfg func(rank int) transport.Config) *ring {
+	t.Helper()
 	tr := &ring{rings: make([]*Ring, size), errs: make([]chan error, size)}
 	if size > 1 {
-		tr.next, tr.prev, tr.lns = connect(t, size)
+		tr.next, tr.prev, tr.lns = connectWith(t, size, cfg)
 	} else {
 		tr.next, tr.prev = make([]*transport.Conn, 1), make([]*transport.Conn, 1)
 	}
@@ -308,6 +321,76 @@ func TestRandomReadiness(t *testing.T) {
 			allReduce(t, tr, sizes, func(r, k int) time.Duration { return delays[r][k] }, 30*time.Second)
 		})
 	}
+}
+
+// TestDataGivenBackOnlyWhenWritten: float32 chunks are sent straight from
+// the caller's data, so done must wait until every such frame is written.
+// Each done checks its sums and at once overwrites the data with NaNs, as a
+// training step reusing its gradient buffer would; slow, shaped links keep
+// frames queued after a piece's last step arrives. A frame sent after its
+// done would carry NaNs into another rank's sums.
+func TestDataGivenBackOnlyWhenWritten(t *testing.T) {
+	const size, pieces = 3, 24
+	tr := newRingWith(t, size, func(r int) transport.Config {
+		c := tcfg(r)
+		c.Egress = rate.NewLimiter(40<<20, 64<<10) // 40 MiB/s: frames queue behind each other
+		return c
+	})
+	sizes := make([]int, pieces)
+	for k := range sizes {
+		sizes[k] = 30000 + 7*k
+	}
+	type outcome struct {
+		rank, k int
+		err     error
+	}
+	res := make(chan outcome, size*pieces)
+	for r := range size {
+		go func() {
+			for k, n := range sizes {
+				data := input(r, k, n)
+				want := wantSum(size, k, n)
+				// Later pieces first in the queues: the earlier ones' last frames wait behind them.
+				tr.rings[r].Start(pieceOf(k, n), uint64(pieces-k), dtype.F32, data, func(err error) {
+					if err == nil {
+						for i := range want {
+							if math.Float32bits(data[i]) != math.Float32bits(want[i]) {
+								err = fmt.Errorf("element %d = %v, want %v", i, data[i], want[i])
+								break
+							}
+						}
+					}
+					for i := range data {
+						data[i] = float32(math.NaN())
+					}
+					res <- outcome{r, k, err}
+				})
+			}
+		}()
+	}
+	deadline := time.After(30 * time.Second)
+	for range size * pieces {
+		select {
+		case o := <-res:
+			if o.err != nil {
+				t.Fatalf("rank %d piece %d: %v", o.rank, o.k, o.err)
+			}
+		case <-deadline:
+			t.Fatal("not every piece done within 30 s")
+		}
+	}
+	held := 0
+	for _, rg := range tr.rings {
+		rg.mu.Lock()
+		held += rg.heldBack
+		rg.mu.Unlock()
+	}
+	// Otherwise the test proves nothing: every frame was written before
+	// its piece's last step arrived.
+	if held == 0 {
+		t.Fatal("no piece's done waited for its frames: the scenario does not exercise the wait")
+	}
+	t.Logf("%d of %d pieces waited for their frames", held, size*pieces)
 }
 
 // TestLateRank has one rank start everything long after the others have

@@ -301,5 +301,15 @@ func AddFloat32s(dst []float32, src []byte) {
 	}
 }
 
+// AddFloats adds src to dst element by element: dst[i] += src[i], the
+// same sums bit for bit as the scalar loop. len(src) must be at least
+// len(dst).
+func AddFloats(dst, src []float32) {
+	if len(src) < len(dst) {
+		panic(fmt.Sprintf("transport: AddFloats: src holds %d floats, need %d", len(src), len(dst)))
+	}
+	saxpy.Saxpy(len(dst), 1, src, 1, dst, 1)
+}
+
 // saxpy is gonum's BLAS, whose float32 loops are vectorised (SSE on amd64).
 var saxpy gonumblas.Implementation
