@@ -44,6 +44,14 @@
 // changes at other iterations (a tuner following measured timings) sums
 // some elements in another order.
 //
+// Copies. On a little-endian machine a float32 piece is not copied into
+// frames: a rank sends its own chunk, the chunk it completes and the
+// chunks it forwards in the all-gather straight from the caller's data,
+// adds a partial sum into the received frame itself and sends that on, and
+// reads all-gather payloads into the chunk they overwrite, as gloo's ring
+// does. The caller's data therefore stays in use until every frame sent
+// from it is written: done is called only then.
+//
 // 16-bit pieces (bfloat16 or float16, package dtype) travel in 16 bits:
 // each rank adds the partial sum it receives to its own values in float32
 // and rounds the result once to send it on, so a chunk is rounded once per
