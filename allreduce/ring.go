@@ -673,8 +673,8 @@ func (r *Ring) gatherInto(h transport.Header) []byte {
 
 func (r *Ring) gatherChunkLocked(h transport.Header, step int) []byte {
 	pc := r.pieces[frameKey(h)]
-	if pc == nil || !pc.started || pc.elem != dtype.F32 || pc.recv[step] != nil {
-		return nil
+	if pc == nil || !pc.started || pc.elem != dtype.F32 || step < pc.next || pc.recv[step] != nil {
+		return nil // (a step sent twice is refused by receive)
 	}
 	// All-gather step g overwrites chunk rank-g: for g = 0 the chunk step 0
 	// sent from data, for g >= 1 the one reduce-scatter step g-1 summed
