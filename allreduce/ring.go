@@ -150,6 +150,7 @@ type piece struct {
 	// frame still reads it.
 	sending  int
 	finished bool
+	result   error // what done is called with, once finished
 	// startWritten: step 0, sent from data, is written (all-gather step 0
 	// may overwrite its chunk).
 	startWritten bool
@@ -357,7 +358,7 @@ func (r *Ring) failLocked(err error) []completion {
 	var cs []completion
 	for k, p := range r.pieces {
 		if p.started && !p.busy {
-			cs = append(cs, r.finishLocked(p)...)
+			cs = append(cs, r.finishLocked(p, err)...)
 		}
 		delete(r.pieces, k)
 	}
@@ -479,7 +480,7 @@ func (r *Ring) drive(pc *piece) []completion {
 	for {
 		if r.err != nil {
 			pc.busy = false
-			return r.finishLocked(pc)
+			return r.finishLocked(pc, r.err)
 		}
 		s := pc.next
 		f := pc.recv[s]
@@ -494,7 +495,7 @@ func (r *Ring) drive(pc *piece) []completion {
 		if err != nil {
 			cs := r.failLocked(err)
 			pc.busy = false
-			return append(cs, r.finishLocked(pc)...)
+			return append(cs, r.finishLocked(pc, r.err)...)
 		}
 		pc.next++
 		if pc.next == r.steps {
@@ -502,7 +503,7 @@ func (r *Ring) drive(pc *piece) []completion {
 				delete(r.pieces, pc.key)
 			}
 			pc.busy = false
-			return r.finishLocked(pc)
+			return r.finishLocked(pc, nil)
 		}
 	}
 }
@@ -610,7 +611,7 @@ func (r *Ring) sendData(pc *piece, s, lo int, b []byte) error {
 		pc.startWritten = pc.startWritten || (s == 0 && err == nil)
 		var cs []completion
 		if pc.sending == 0 && pc.finished {
-			cs = []completion{{pc.done, r.err}}
+			cs = []completion{{pc.done, pc.result}}
 		}
 		r.mu.Unlock()
 		if len(cs) > 0 {
@@ -626,16 +627,16 @@ func (r *Ring) sendData(pc *piece, s, lo int, b []byte) error {
 	return nil
 }
 
-// finishLocked ends started piece pc, which no goroutine is working on:
-// its done callback (with the ring's error, if any) when no frame sent
-// from its data is queued, else later, from the last one's callback.
-func (r *Ring) finishLocked(pc *piece) []completion {
-	pc.finished = true
+// finishLocked ends started piece pc, which no goroutine is working on,
+// with err (nil: its sums are in place): its done callback when no frame
+// sent from its data is queued, else later, from the last one's callback.
+func (r *Ring) finishLocked(pc *piece, err error) []completion {
+	pc.finished, pc.result = true, err
 	if pc.sending > 0 {
 		r.heldBack++
 		return nil
 	}
-	return []completion{{pc.done, r.err}}
+	return []completion{{pc.done, err}}
 }
 
 // dataBytes views a chunk of data as the bytes of its frame, when data
