@@ -388,7 +388,7 @@ type Session struct {
 // that its training thread can wait without calling into Go (see
 // worker.Config.OnOpen and OnStop). Both may be nil.
 type Hooks struct {
-	OnOpen func(opened []proto.Gate)
+	OnOpen func(layer, iteration int)
 	OnStop func(err error)
 }
 

@@ -190,7 +190,7 @@ func Connect(ctx context.Context, spec Spec, rank int, n Net, onDone func(tensor
 type ConnectOptions struct {
 	OnDone func(tensor, iteration int)
 	// OnOpen and OnStop: see worker.Config.
-	OnOpen    func(opened []proto.Gate)
+	OnOpen    func(layer, iteration int)
 	OnStop    func(err error)
 	Observer  worker.Observer
 	Decisions *proto.DecisionLog

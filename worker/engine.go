@@ -102,13 +102,12 @@ type Config struct {
 	// OnDone is called, on the engine's goroutine, when a tensor's sum is in
 	// place in the slice given to Post. It must not block for long.
 	OnDone func(tensor, iteration int)
-	// OnOpen is called, on the engine's goroutine, with the gates that
-	// opened together (each layer's every tensor of that iteration is in
-	// place; WaitLayer returns for it now; one call per batch, so that a
-	// binding crosses into C once), and OnStop once, with the reason, when
-	// the engine stops. Bindings that wait without entering Go use them.
-	// They must not block for long, nor keep opened.
-	OnOpen func(opened []proto.Gate)
+	// OnOpen is called, on the engine's goroutine, when layer's gate opens
+	// for iteration (every tensor of the layer is in place; WaitLayer
+	// returns for it now), and OnStop once, with the reason, when the
+	// engine stops. Bindings that wait without entering Go use them. They
+	// must not block for long.
+	OnOpen func(layer, iteration int)
 	OnStop func(err error)
 	// Observer, if set, is told about every piece (and, by Replay, every
 	// compute step and iteration): timelines and metrics.
@@ -561,7 +560,9 @@ func (e *Engine) carryOut() error {
 		e.gateMu.Unlock()
 		e.gate.Broadcast()
 		if e.cfg.OnOpen != nil {
-			e.cfg.OnOpen(rd.Opened)
+			for _, g := range rd.Opened {
+				e.cfg.OnOpen(g.Layer, g.Iteration)
+			}
 		}
 	}
 	return nil

@@ -232,18 +232,12 @@ HIDDEN int abh_take_waits(int64_t *out, int max) {
 	return n;
 }
 
-HIDDEN void abh_opened_all(const int *gates, int n) {
+HIDDEN void abh_opened(int layer, int iteration) {
 	pthread_mutex_lock(&mu);
-	int moved = 0;
-	for (int i = 0; h.open && i < n; i++) {
-		int layer = gates[2 * i], iteration = gates[2 * i + 1];
-		if (layer >= 0 && layer < h.nlayers && h.synced[layer] < iteration) {
-			h.synced[layer] = iteration;
-			moved = 1;
-		}
-	}
-	if (moved)
+	if (h.open && layer >= 0 && layer < h.nlayers && h.synced[layer] < iteration) {
+		h.synced[layer] = iteration;
 		pthread_cond_broadcast(&opened);
+	}
 	pthread_mutex_unlock(&mu);
 }
 

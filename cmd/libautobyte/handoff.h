@@ -6,7 +6,7 @@
 // each call when the engine's goroutines had them, and kept Go's system
 // monitor polling; here the training thread takes a mutex, and the engine
 // drains the queue on its own goroutine (woken through an eventfd) and
-// reports opened layers back (abh_opened_all).
+// reports opened layers back (abh_opened).
 #ifndef AUTOBYTE_HANDOFF_H
 #define AUTOBYTE_HANDOFF_H
 
@@ -39,10 +39,8 @@ int abh_take(abh_post *out, int max);
 // abh_take_waits moves up to max recorded waits (pairs of
 // CLOCK_MONOTONIC nanoseconds: from, to) into out and returns how many.
 int abh_take_waits(int64_t *out, int max);
-// abh_opened_all: for each of the n pairs (layer, iteration) in
-// gates[2*i], gates[2*i+1], layer's sums of iteration are in place. One
-// call per batch of the engine, so that it enters C once for all of them.
-void abh_opened_all(const int *gates, int n);
+// abh_opened: layer's sums of iteration are in place.
+void abh_opened(int layer, int iteration);
 // abh_stop: the engine stopped; posts and waits fail with why from now on.
 void abh_stop(const char *why);
 // abh_close ends the session's handoff (after abh_stop; the engine closes

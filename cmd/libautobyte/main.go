@@ -29,15 +29,12 @@ import "C"
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 	"unsafe"
 
 	"github.com/autobyte/autobyte/bridge"
-	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -50,45 +47,6 @@ type open struct {
 	// reported to the tuner as times of Go's clock.
 	wall0 time.Time
 	mono0 int64
-	// gates is OnOpen's buffer of (layer, iteration) pairs for C; only the
-	// engine's goroutine uses it.
-	gates []C.int
-}
-
-// opened hands the engine's opened gates to the training thread's waits,
-// in one call into C per batch.
-func (o *open) opened(gs []proto.Gate) {
-	if len(gs) == 0 {
-		return
-	}
-	o.gates = o.gates[:0]
-	for _, g := range gs {
-		o.gates = append(o.gates, C.int(g.Layer), C.int(g.Iteration))
-	}
-	C.abh_opened_all(&o.gates[0], C.int(len(gs)))
-}
-
-// readWake waits for the eventfd to be written and reads it. The read is
-// a raw system call, as the transport's socket reads are: a scheduled one
-// would wake Go's system monitor into polling whenever the engine had gone
-// idle, and the drain wakes it once per burst of posts.
-func readWake(rc syscall.RawConn) error {
-	var word [8]byte
-	var rerr error
-	err := rc.Read(func(fd uintptr) bool {
-		_, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&word[0])), uintptr(len(word)))
-		if e == syscall.EAGAIN {
-			return false // not written yet: wait in the poller
-		}
-		if e != 0 {
-			rerr = e
-		}
-		return true
-	})
-	if err != nil {
-		return err
-	}
-	return rerr
 }
 
 var (
@@ -141,7 +99,7 @@ func ab_open(req *C.char, n C.int) C.int {
 	// The engine may open a layer or stop before Open returns; handoff.c
 	// is open before it, and o.s is not needed by the hooks.
 	hooks := bridge.Hooks{
-		OnOpen: o.opened,
+		OnOpen: func(layer, iteration int) { C.abh_opened(C.int(layer), C.int(iteration)) },
 		OnStop: stop,
 	}
 	r, err := bridge.DecodeRequest(C.GoBytes(unsafe.Pointer(req), n))
@@ -179,15 +137,11 @@ func ab_open(req *C.char, n C.int) C.int {
 // each run of one iteration as one event.
 func (o *open) drain() {
 	defer close(o.drained)
-	rc, err := o.wake.SyscallConn()
-	if err != nil {
-		stop(fmt.Errorf("libautobyte: the handoff's eventfd: %w", err))
-		return
-	}
+	var word [8]byte
 	buf := make([]C.abh_post, 256)
 	var posts []worker.Posting
 	for {
-		if err := readWake(rc); err != nil {
+		if _, err := o.wake.Read(word[:]); err != nil {
 			return // closed by ab_close
 		}
 		// Until the queue is empty: a post into the empty queue wakes
