@@ -581,13 +581,19 @@ var (
 // send enqueues step s of pc, the chunk at element lo encoded with scale
 // exponent exp, to the next rank. payload must not be modified afterwards.
 func (r *Ring) send(pc *piece, s, lo int, payload []byte, exp int) error {
+	return r.enqueue(pc, s, lo, payload, exp, func(err error) {
+		payloads.Put(payload)
+		r.written(err)
+	})
+}
+
+// enqueue queues step s of pc, the chunk at element lo carried by payload
+// with scale exponent exp, on the connection to the next rank; written is
+// its send callback.
+func (r *Ring) enqueue(pc *piece, s, lo int, payload []byte, exp int, written func(error)) error {
 	k := pc.key
 	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
 		Aux: uint32(s), Priority: pc.prio, Offset: uint64(pc.elem.Size() * lo), Elem: uint8(pc.elem), Scale: int8(exp)}
-	written := func(err error) {
-		payloads.Put(payload)
-		r.written(err)
-	}
 	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: payload}, written); err != nil {
 		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
 	}
@@ -598,9 +604,6 @@ func (r *Ring) send(pc *piece, s, lo int, payload []byte, exp int) error {
 // from pc's data itself (b views it). pc does not finish until it is
 // written.
 func (r *Ring) sendData(pc *piece, s, lo int, b []byte) error {
-	k := pc.key
-	h := transport.Header{Kind: transport.KindRing, Epoch: k.epoch, Iteration: k.iteration, Key: k.tensor, Piece: k.index,
-		Aux: uint32(s), Priority: pc.prio, Offset: uint64(4 * lo), Elem: uint8(dtype.F32)}
 	r.mu.Lock()
 	pc.sending++ // before the frame is queued: its callback may run at once
 	r.mu.Unlock()
@@ -618,13 +621,13 @@ func (r *Ring) sendData(pc *piece, s, lo int, b []byte) error {
 			go runAll(cs) // not on the sender goroutine, which must not block
 		}
 	}
-	if err := r.next.SendNotify(transport.Frame{Header: h, Payload: b}, written); err != nil {
+	err := r.enqueue(pc, s, lo, b, 0, written)
+	if err != nil {
 		r.mu.Lock()
-		pc.sending--
+		pc.sending-- // not queued: written is never called
 		r.mu.Unlock()
-		return fmt.Errorf("allreduce: rank %d: lost next rank %d: sending step %d of %v: %w", r.rank, r.nextRank, s, k, err)
 	}
-	return nil
+	return err
 }
 
 // finishLocked ends started piece pc, which no goroutine is working on,

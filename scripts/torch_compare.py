@@ -108,11 +108,11 @@ def main():
             subprocess.run([ab, "testbed", "down", "--name", args.name], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     base = names[0]
-    medians = {n: statistics.median(x["iteration_time_s"] for x in runs[n]) for n in names}
-    # Rank 0's CPU per steady step, all its threads and the training
-    # thread's alone, where the script reports them.
     def median_of(n, key):
         return statistics.median(x[key] for x in runs[n]) if all(key in x for x in runs[n]) else None
+    medians = {n: median_of(n, "iteration_time_s") for n in names}
+    # Rank 0's CPU per steady step, all its threads and the training
+    # thread's alone, where the script reports them.
     cpu = {n: median_of(n, "cpu_per_step_s") for n in names}
     train_cpu = {n: median_of(n, "training_thread_cpu_per_step_s") for n in names}
     summary = []

@@ -274,9 +274,7 @@ func AddFloat32s(dst []float32, src []byte) {
 		panic(fmt.Sprintf("transport: AddFloat32s: src holds %d bytes, need %d for %d floats", len(src), 4*len(dst), len(dst)))
 	}
 	if xs, ok := FloatView(src[:4*len(dst)]); ok {
-		// gonum's vectorised loop computes 1*src[i] + dst[i]: multiplying
-		// by 1 is exact, so the sums are the scalar loop's, bit for bit.
-		saxpy.Saxpy(len(dst), 1, xs, 1, dst, 1)
+		AddFloats(dst, xs)
 		return
 	}
 	le := binary.LittleEndian
@@ -301,9 +299,10 @@ func AddFloat32s(dst []float32, src []byte) {
 	}
 }
 
-// AddFloats adds src to dst element by element: dst[i] += src[i], the
-// same sums bit for bit as the scalar loop. len(src) must be at least
-// len(dst).
+// AddFloats adds src to dst element by element: dst[i] += src[i]. gonum's
+// vectorised loop computes 1*src[i] + dst[i]: multiplying by 1 is exact,
+// so the sums are the scalar loop's, bit for bit. len(src) must be at
+// least len(dst).
 func AddFloats(dst, src []float32) {
 	if len(src) < len(dst) {
 		panic(fmt.Sprintf("transport: AddFloats: src holds %d floats, need %d", len(src), len(dst)))
