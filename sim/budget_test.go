@@ -35,6 +35,8 @@ func TestBudgetRefusesUnboundedRuns(t *testing.T) {
 	long.Iterations = 200_000
 	servers := zooOptions(t, "resnet50", PS, 1, 64_000)
 	servers.Servers = 3_000_000
+	flows := zooOptions(t, "resnet50", PS, 512, 4_000_000)
+	flows.Servers, flows.Wire = 64, WireConnections
 	cases := []struct {
 		name  string
 		o     Options
@@ -45,6 +47,7 @@ func TestBudgetRefusesUnboundedRuns(t *testing.T) {
 		{"2M workers", many, "workers", []string{"176 pieces per worker per iteration", "of memory exceeds", "fewer workers"}},
 		{"200,000 iterations", long, "iterations", []string{"events exceed the limit of 2e+09", "fewer iterations"}},
 		{"3M servers", servers, "servers", []string{"placing 1735 pieces on 3000000 servers", "fewer servers"}},
+		{"connections of 512 workers and 64 servers", flows, "workers", []string{"sharing the links of 512 workers and 64 servers (--wire connections)", "fewer workers"}},
 	}
 	for _, c := range cases {
 		start := time.Now()

@@ -65,6 +65,8 @@ const (
 	evRingFree                    // the all-reduce ring can start the next piece
 	evRingDone                    // an all-reduce piece completed on every rank
 	evAnnounce                    // the leader's announcement (a piece or an epoch) reached the followers
+	evFlowStart                   // WireConnections: a message's cost is paid, its bytes start
+	evFlowCheck                   // WireConnections: the next message in flight may have finished
 )
 
 type event struct {

@@ -86,8 +86,8 @@ func describe(o Options) string {
 	if o.Profile != nil {
 		name = o.Profile.Name
 	}
-	return fmt.Sprintf("%s %v N=%d M=%d bw=%g sched=%+v shard=%d",
-		name, o.Arch, o.Workers, o.Servers, o.BandwidthBps, o.Sched, o.ShardBytes)
+	return fmt.Sprintf("%s %v N=%d M=%d bw=%g sched=%+v shard=%d wire=%v",
+		name, o.Arch, o.Workers, o.Servers, o.BandwidthBps, o.Sched, o.ShardBytes, o.Wire)
 }
 
 // topology is a worker/server count to run a model on.
@@ -363,6 +363,7 @@ func randomJob(r *rand.Rand) Options {
 	if o.Servers > 0 && r.IntN(2) == 0 {
 		o.ServerLinkTraces = map[int][]Step{r.IntN(o.Servers): {{0, o.BandwidthBps * (0.1 + 2*r.Float64())}}}
 	}
+	o.Wire = Wire(r.IntN(2)) // drawn last: the draws above pick the same jobs as before
 	return o
 }
 

@@ -30,6 +30,10 @@
 // receiver c later and holds back the messages queued behind it. A ring
 // piece takes 2(N-1) steps of one message per worker each, so it occupies
 // the ring for 2(N-1)·c more. The lower bounds ignore c (they stay bounds).
+//
+// Options.Wire = WireConnections replaces the one queue per host with the
+// runtime's one sender per connection, whose messages share each link
+// max-min fairly (wire.go).
 package sim
 
 import (
@@ -74,8 +78,12 @@ type Options struct {
 	LatencyS float64
 	// MessageCostS is a fixed processing time per message, in seconds (0:
 	// none): every push, pull and ring step occupies its sender's egress
-	// for MessageCostS before its bytes (see sendNext and ringNext).
+	// (its connection under WireConnections) for MessageCostS before its
+	// bytes (see sendNext, connNext and ringNext).
 	MessageCostS float64
+	// Wire is how messages share the links (WireHost, the default, or
+	// WireConnections: wire.go).
+	Wire Wire
 	// Sched is the initial scheduling configuration (epoch 0) of every
 	// worker; fifo order brings fifo's global barrier with it.
 	Sched sched.Config
@@ -203,6 +211,8 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: fusion size must be >= 0 bytes (0 = no fusion), got %d", o.FusionBytes)
 	case !(o.Jitter >= 0) || math.IsInf(o.Jitter, 0):
 		return fmt.Errorf("sim: jitter must be >= 0, got %v", o.Jitter)
+	case o.Wire != WireHost && o.Wire != WireConnections:
+		return fmt.Errorf("sim: unknown wire model %v", o.Wire)
 	}
 	if err := o.Sched.Validate(); err != nil {
 		return err
@@ -284,6 +294,7 @@ type simulation struct {
 	msgs    []message
 	free    []int32
 	msgSeq  uint64
+	wire    flows // WireConnections only
 	// ctl are the leader's announcements (pieces and epochs) on their way
 	// to the followers; the queue empties whenever the last one arrives.
 	ctl []proto.Message
@@ -415,6 +426,10 @@ func (s *simulation) handle(e event) {
 		s.sendNext(e.who)
 	case evDeliver:
 		s.deliver(e.who)
+	case evFlowStart:
+		s.flowStart(e.who)
+	case evFlowCheck:
+		s.flowCheck(e.who)
 	case evRingFree:
 		s.ringBusy = false
 		s.ringNext()
@@ -589,6 +604,10 @@ func (s *simulation) send(m message) {
 	} else {
 		id = int32(len(s.msgs))
 		s.msgs = append(s.msgs, m)
+	}
+	if s.o.Wire == WireConnections {
+		s.connSend(id)
+		return
 	}
 	h := &s.hosts[m.src]
 	h.queue.push(queued{urgency: urgency{prio: m.prio, seq: m.seq}, id: id})

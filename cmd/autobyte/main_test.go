@@ -192,6 +192,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--message-cost", "-5us"}, `--message-cost: duration "-5us"`},
 		{[]string{"sim", "--model", "toy3", "--message-cost", "15"}, `--message-cost: duration "15"`},
 		{[]string{"sim", "--model", "toy3", "--message-cost", "NaN"}, `--message-cost: duration "NaN"`},
+		{[]string{"sim", "--model", "toy3", "--wire", "tcp"}, `--wire: unknown wire model "tcp"`},
 		{[]string{"tune", "gap", "--message-cost", "0,-1us"}, `--message-cost: duration "-1us"`},
 		{[]string{"tune", "gap", "--only", "nosuch"}, `"nosuch"`},
 		{[]string{"tune", "gap", "--parallel", "0"}, "got 0"},

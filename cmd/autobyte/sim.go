@@ -25,7 +25,7 @@ func newSimCmd() *cobra.Command {
 	var traceFile string
 	var tf tunerFlags
 	var asJSON bool
-	var messageCost string
+	var messageCost, wire string
 	cmd := &cobra.Command{
 		Use:   "sim",
 		Short: "Simulate a training job's iterations on a virtual clock",
@@ -35,7 +35,10 @@ links, with parameter servers or ring all-reduce. It reports the steady-state
 iteration time next to lower bounds for the same job. --message-cost adds a
 fixed processing time to every message (push, pull, ring step), charged to
 its sender's link before its bytes (measure yours with
-scripts/message-cost.sh).`,
+scripts/message-cost.sh). --wire connections gives every pair of hosts its
+own sender and lets the messages in flight share each link fairly, as the
+runtime's connections and TCP do; the default, host, sends the most urgent
+message of each host first.`,
 		Example: `  autobyte sim --model vgg16 --arch ps --workers 8 --bandwidth 10Gbps --scheduler bytescheduler
   autobyte sim --model toy3 --workers 1 --servers 1 --bandwidth 1MB/s --latency 0 --scheduler fifo --json
   autobyte sim --model resnet50 --workers 8 --bandwidth 100Gbps --partition 256KB --message-cost 15us`,
@@ -44,6 +47,9 @@ scripts/message-cost.sh).`,
 			o, err := f.options(cmd)
 			if err != nil {
 				return err
+			}
+			if o.Wire, err = sim.ParseWire(wire); err != nil {
+				return fmt.Errorf("--wire: %w", err)
 			}
 			if _, err := o.Budget(); err != nil {
 				return f.budgetFlag(o, err)
@@ -91,6 +97,7 @@ scripts/message-cost.sh).`,
 	cmd.Flags().StringVar(&traceFile, "trace", "", "write rank 0's Chrome-trace timeline (chrome://tracing, Perfetto) to this file")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	cmd.Flags().StringVar(&messageCost, "message-cost", "0", "fixed processing time per message (push, pull, ring step) on its sender's link, e.g. 15us (0 = none)")
+	cmd.Flags().StringVar(&wire, "wire", "host", "how messages share the links: host (one priority queue per host) or connections (one sender per connection, fair shares, as the runtime)")
 	tf.register(cmd)
 	return cmd
 }
@@ -105,6 +112,7 @@ type simReport struct {
 	BandwidthBps    float64    `json:"bandwidth_bytes_per_s"`
 	LatencyS        float64    `json:"latency_s"`
 	MessageCostS    float64    `json:"message_cost_s,omitempty"`
+	Wire            string     `json:"wire"`
 	ComputeScale    float64    `json:"compute_scale"`
 	Scheduler       string     `json:"scheduler"`
 	Admission       string     `json:"admission"`
@@ -171,7 +179,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 	}
 	return simReport{
 		Model: name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
-		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, ComputeScale: f.computeScale,
+		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, Wire: o.Wire.String(), ComputeScale: f.computeScale,
 		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
 		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
 		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
