@@ -523,16 +523,7 @@ func TestLostNeighbour(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			next, prev, _ := connect(t, 2)
-			rg, err := New(Options{Rank: 0, Size: 2, Next: next[0], Prev: prev[0], Logger: quiet})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			runErr := make(chan error, 1)
-			go func() { runErr <- rg.Run(ctx) }()
-			done := make(chan error, 1)
-			rg.Start(pieceOf(0, 10), 0, dtype.F32, make([]float32, 10), func(err error) { done <- err })
+			runErr, done := runRank0WithPiece(t, next, prev)
 			c.kill(next, prev)
 			select {
 			case err := <-runErr:
@@ -555,20 +546,28 @@ func TestLostNeighbour(t *testing.T) {
 	}
 }
 
-// TestBadFrame plays rank 1 of a ring of 2 by hand and sends a chunk at
-// the wrong offset: rank 0 must fail naming the offending bytes.
-func TestBadFrame(t *testing.T) {
-	next, prev, _ := connect(t, 2)
+// runRank0WithPiece runs rank 0 of a ring of 2 over next[0] and prev[0]
+// until the test ends and starts one 10-element piece on it: Run's error
+// and the piece's come back on the channels.
+func runRank0WithPiece(t *testing.T, next, prev []*transport.Conn) (runErr, done chan error) {
+	t.Helper()
 	rg, err := New(Options{Rank: 0, Size: 2, Next: next[0], Prev: prev[0], Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	runErr := make(chan error, 1)
+	t.Cleanup(cancel)
+	runErr, done = make(chan error, 1), make(chan error, 1)
 	go func() { runErr <- rg.Run(ctx) }()
-	done := make(chan error, 1)
 	rg.Start(pieceOf(0, 10), 0, dtype.F32, make([]float32, 10), func(err error) { done <- err })
+	return runErr, done
+}
+
+// TestBadFrame plays rank 1 of a ring of 2 by hand and sends a chunk at
+// the wrong offset: rank 0 must fail naming the offending bytes.
+func TestBadFrame(t *testing.T) {
+	next, prev, _ := connect(t, 2)
+	runErr, done := runRank0WithPiece(t, next, prev)
 	// Rank 1 must send chunk 1 = elements [5,10) = bytes [20,40) as step 0.
 	bad := transport.Frame{Header: transport.Header{Kind: transport.KindRing, Key: 0, Piece: 0, Aux: 0, Offset: 8}, Payload: make([]byte, 20)}
 	if err := next[1].Send(bad); err != nil {

@@ -200,6 +200,21 @@ func procState(pid int) (string, string) {
 	return f[0], strings.TrimSpace(strings.ReplaceAll(string(cmdline), "\x00", " "))
 }
 
+// childRunning returns launch's children (pid to command line) and the
+// pid of the one whose command line holds role (e.g. "worker --rank=2"),
+// failing the test if there is none.
+func childRunning(t *testing.T, l *proc, role string) (int, map[int]string) {
+	t.Helper()
+	kids := childrenOf(l.cmd.Process.Pid)
+	for pid, cl := range kids {
+		if strings.Contains(cl, " "+role+" ") {
+			return pid, kids
+		}
+	}
+	t.Fatalf("no child of launch runs %q; children: %v", role, kids)
+	return 0, nil
+}
+
 // TestLaunchLostChild kills one child of 'autobyte launch' and checks that
 // launch exits non-zero within 10 s naming it, and leaves no child behind.
 func TestLaunchLostChild(t *testing.T) {
@@ -217,16 +232,7 @@ func TestLaunchLostChild(t *testing.T) {
 			args := append([]string{"launch", "--arch=" + c.arch}, c.args...)
 			l := start(t, "launch", nil, append(args, lostPeerScenario...)...)
 			l.waitLine(t, "[worker 0] iteration 2/", 60*time.Second)
-			kids := childrenOf(l.cmd.Process.Pid)
-			victim := 0
-			for pid, cl := range kids {
-				if strings.Contains(cl, " "+c.victim+" ") {
-					victim = pid
-				}
-			}
-			if victim == 0 {
-				t.Fatalf("no child of launch runs %q; children: %v", c.victim, kids)
-			}
+			victim, kids := childRunning(t, l, c.victim)
 			if err := syscall.Kill(victim, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
 			}
@@ -307,16 +313,7 @@ func TestLaunchHungChild(t *testing.T) {
 			args := append([]string{"launch", "--arch=ps", "--workers=3", "--servers=2"}, lostPeerScenario...)
 			l := start(t, "launch", nil, args...)
 			l.waitLine(t, "[worker 0] iteration 2/", 60*time.Second)
-			kids := childrenOf(l.cmd.Process.Pid)
-			victim := 0
-			for pid, cl := range kids {
-				if strings.Contains(cl, " "+c.victim+" ") {
-					victim = pid
-				}
-			}
-			if victim == 0 {
-				t.Fatalf("no child of launch runs %q; children: %v", c.victim, kids)
-			}
+			victim, kids := childRunning(t, l, c.victim)
 			if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}

@@ -38,6 +38,9 @@ type sumRun struct {
 	tensors       []Tensor
 	grads         [][][]float32 // [rank][iteration*len(tensors)+tensor]
 	done          *doneLog
+	// afterPost, if set, runs on each rank once it posted iteration it
+	// (reconfRun reconfigures there).
+	afterPost func(rank, it int, e *Engine) error
 }
 
 func newSumRun(n, iterations int, tensors []Tensor) *sumRun {
@@ -65,7 +68,11 @@ func (s *sumRun) onDone(rank int) func(int, int) {
 		func(k, it int) []float32 { return exactSum(s.n, it, k, s.tensors[k].Elems) })
 }
 
-func (s *sumRun) run(t *testing.T, es []*Engine) {
+func (s *sumRun) run(t *testing.T, es []*Engine) { s.runWithin(t, es, 10*time.Second) }
+
+// runWithin runs every rank and fails the test if they take longer than
+// limit, then checks OnDone.
+func (s *sumRun) runWithin(t *testing.T, es []*Engine, limit time.Duration) {
 	t.Helper()
 	errs := make(chan error, len(es))
 	var wg sync.WaitGroup
@@ -80,8 +87,11 @@ func (s *sumRun) run(t *testing.T, es []*Engine) {
 	go func() { wg.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(10 * time.Second):
-		t.Fatal("workers did not finish within 10 s")
+	case <-time.After(limit):
+		for r, e := range es {
+			t.Logf("worker %d: Err = %v", r, e.Err())
+		}
+		t.Fatalf("workers did not finish within %v", limit)
 	}
 	close(errs)
 	for err := range errs {
@@ -97,6 +107,11 @@ func (s *sumRun) runRank(r int, e *Engine) error {
 		for k := len(s.tensors) - 1; k >= 0; k-- {
 			if err := e.Post(k, it, s.grad(r, k, it)); err != nil {
 				return fmt.Errorf("worker %d: Post(%d, %d): %w", r, k, it, err)
+			}
+		}
+		if s.afterPost != nil {
+			if err := s.afterPost(r, it, e); err != nil {
+				return err
 			}
 		}
 		for l := range layersOf(s.tensors) {
