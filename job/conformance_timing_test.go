@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,7 +24,11 @@ import (
 // whenever a small piece finished first).
 func TestConformanceIsTimingFree(t *testing.T) {
 	for _, c := range conformanceScenarios() {
-		for _, cfg := range []sched.Config{c.cfg, derefOr(c.change, c.cfg)} {
+		cfgs := []sched.Config{c.cfg}
+		if c.change != nil {
+			cfgs = append(cfgs, *c.change)
+		}
+		for _, cfg := range cfgs {
 			if err := timingFree(cfg, c.fusion); err != nil {
 				t.Errorf("%s, configuration %+v: %v", c.name, cfg, err)
 			}
@@ -35,13 +40,6 @@ func TestConformanceIsTimingFree(t *testing.T) {
 	if err := timingFree(flaky, 0); err == nil || !strings.Contains(err.Error(), "layer 1") {
 		t.Errorf("strict admission with 8,000 bytes of credit: %v, want layer 1 found timing-dependent", err)
 	}
-}
-
-func derefOr(p *sched.Config, def sched.Config) sched.Config {
-	if p != nil {
-		return *p
-	}
-	return def
 }
 
 // timingFree explores, layer by layer in backward order, every order in
@@ -103,7 +101,9 @@ func timingFree(cfg sched.Config, fusion int64) error {
 			}
 		}
 		for _, i := range choices {
-			slices.SortFunc(inflight, func(a, b sched.PieceID) int { return a.Index - b.Index + 1000*(a.Tensor-b.Tensor) })
+			slices.SortFunc(inflight, func(a, b sched.PieceID) int {
+				return cmp.Or(cmp.Compare(a.Tensor, b.Tensor), cmp.Compare(a.Index, b.Index))
+			})
 			if err := finish(i); err != nil {
 				return nil, nil, err
 			}
