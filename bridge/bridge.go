@@ -102,6 +102,9 @@ type Settings struct {
 	// TunerCompress is the type rank 0's autobyte tuner may switch
 	// compression to (AUTOBYTE_COMPRESSION=auto); float32: none.
 	TunerCompress dtype.DType
+	// TunerFuse is the fusion size rank 0's autobyte tuner may switch to
+	// and back (AUTOBYTE_FUSION=auto); 0: none.
+	TunerFuse int64
 }
 
 // getenv looks a variable up in the overrides, then the environment.
@@ -177,10 +180,11 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	if arch == worker.AllReduce {
 		shard = 0
 	}
-	var fusion int64
-	if v := get("AUTOBYTE_FUSION"); v != "" && v != "0" {
-		if fusion, err = units.ParseBytes(v); err != nil {
-			return s, fmt.Errorf("AUTOBYTE_FUSION=%q: %w", v, err)
+	if v := get("AUTOBYTE_FUSION"); v == "auto" {
+		s.TunerFuse = tune.AutoFusionBytes
+	} else if v != "" && v != "0" {
+		if cfg.FusionBytes, err = units.ParseBytes(v); err != nil {
+			return s, fmt.Errorf("AUTOBYTE_FUSION=%q: %w (or auto)", v, err)
 		}
 	}
 	pull := false
@@ -201,7 +205,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		return s, err
 	}
 	s.Spec = job.Spec{Profile: prof, Arch: arch, Workers: world, Servers: servers, Sched: cfg,
-		ShardBytes: shard, FusionBytes: fusion, PullMode: pull}
+		ShardBytes: shard, PullMode: pull}
 	for i, t := range req.Tensors {
 		et := worker.Tensor{Name: t.Name, Layer: t.Layer, Elems: t.Elems}
 		switch t.Iterations {
@@ -236,6 +240,9 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	}
 	if s.TunerCompress != dtype.F32 && s.Tuner != "autobyte" {
 		return s, fmt.Errorf("AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte chooses the compression, got AUTOBYTE_TUNER=%q", get("AUTOBYTE_TUNER"))
+	}
+	if s.TunerFuse != 0 && s.Tuner != "autobyte" {
+		return s, fmt.Errorf("AUTOBYTE_FUSION=auto: only AUTOBYTE_TUNER=autobyte chooses the fusion, got AUTOBYTE_TUNER=%q", get("AUTOBYTE_TUNER"))
 	}
 	if v := get("AUTOBYTE_LINK_RATE"); v != "" {
 		if s.LinkRateBps, err = units.ParseRate(v); err != nil {
@@ -442,7 +449,7 @@ func OpenRequest(ctx context.Context, req Request, env func(string) string, hook
 		if st.Spec.Arch == worker.AllReduce {
 			arch = "allreduce"
 		}
-		tn, err := tune.New(st.Tuner, tune.NewOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1, Compress: st.TunerCompress})
+		tn, err := tune.New(st.Tuner, tune.NewOptions{Arch: arch, Base: st.Spec.Sched, Seed: 1, Compress: st.TunerCompress, Fuse: st.TunerFuse})
 		if err != nil {
 			return nil, fmt.Errorf("AUTOBYTE_TUNER=%s: %w", st.Tuner, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/proto"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -88,6 +89,22 @@ func TestParseSettingsWire(t *testing.T) {
 	}
 }
 
+// TestParseSettingsFusion: AUTOBYTE_FUSION pins a fusion size, or leaves
+// it to the autobyte tuner (auto: the job starts unfused).
+func TestParseSettingsFusion(t *testing.T) {
+	ts := []Tensor{{Name: "a", Layer: 0, Elems: 3}}
+	for v, want := range map[string]int64{"": 0, "0": 0, "1MiB": 1 << 20, "4096": 4096} {
+		st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_FUSION": v}}, envOf(nil))
+		if err != nil || st.Spec.Sched.FusionBytes != want || st.TunerFuse != 0 {
+			t.Errorf("AUTOBYTE_FUSION=%q: %v, fusion %d, tuner may fuse at %d; want %d and none", v, err, st.Spec.Sched.FusionBytes, st.TunerFuse, want)
+		}
+	}
+	st, err := ParseSettings(Request{Tensors: ts, Settings: map[string]string{"AUTOBYTE_FUSION": "auto", "AUTOBYTE_TUNER": "autobyte"}}, envOf(nil))
+	if err != nil || st.Spec.Sched.FusionBytes != 0 || st.TunerFuse != tune.AutoFusionBytes {
+		t.Errorf("auto: %v, starting with %d, tuner may fuse at %d; want 0 and %d", err, st.Spec.Sched.FusionBytes, st.TunerFuse, tune.AutoFusionBytes)
+	}
+}
+
 func TestParseSettingsErrors(t *testing.T) {
 	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
 	cases := []struct {
@@ -109,6 +126,8 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "auto"}, twoTensors, `AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte`},
+		{map[string]string{"AUTOBYTE_FUSION": "auto"}, twoTensors, `AUTOBYTE_FUSION=auto: only AUTOBYTE_TUNER=autobyte chooses the fusion`},
+		{map[string]string{"AUTOBYTE_FUSION": "big"}, twoTensors, `AUTOBYTE_FUSION="big"`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Wire: "float64"}}, `tensor 0 "a"`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Iterations: "second"}}, `tensor 0 "a": iterations "second"`},
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},

@@ -93,9 +93,14 @@ type Reconfiguration struct {
 }
 
 // reconfigureLen is the payload size of a CtlReconfigure frame: partition
-// and credit (int64 each), order and admission (uint32 each), then the
-// server weights (sched.MaxWeightedServers uint16s).
-const reconfigureLen = 24 + 2*sched.MaxWeightedServers
+// and credit (int64 each), order and admission (uint32 each), the server
+// weights (sched.MaxWeightedServers uint16s), then the fusion size
+// (int64).
+const (
+	weightsAt      = 24
+	fusionAt       = weightsAt + 2*sched.MaxWeightedServers
+	reconfigureLen = fusionAt + 8
+)
 
 // ReconfigureFrame encodes r for the followers: Header.Epoch is r.Epoch,
 // Header.Iteration is r.From, and the 24-byte little-endian payload holds
@@ -110,8 +115,9 @@ func ReconfigureFrame(r Reconfiguration) transport.Frame {
 	binary.LittleEndian.PutUint32(payload[16:], uint32(r.Config.Order))
 	binary.LittleEndian.PutUint32(payload[20:], uint32(r.Config.Admission))
 	for i, w := range r.Config.ServerWeights {
-		binary.LittleEndian.PutUint16(payload[24+2*i:], w)
+		binary.LittleEndian.PutUint16(payload[weightsAt+2*i:], w)
 	}
+	binary.LittleEndian.PutUint64(payload[fusionAt:], uint64(r.Config.FusionBytes))
 	return transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: CtlReconfigure,
 		Epoch: uint32(r.Epoch), Iteration: uint32(r.From), Length: reconfigureLen, Elem: uint8(r.Config.Compression)}, Payload: payload}
 }
@@ -132,9 +138,10 @@ func DecodeReconfigure(f transport.Frame) (Reconfiguration, error) {
 		Order:          sched.Order(binary.LittleEndian.Uint32(f.Payload[16:])),
 		Admission:      sched.Admission(binary.LittleEndian.Uint32(f.Payload[20:])),
 		Compression:    dtype.DType(f.Elem),
+		FusionBytes:    int64(binary.LittleEndian.Uint64(f.Payload[fusionAt:])),
 	}}
 	for i := range r.Config.ServerWeights {
-		r.Config.ServerWeights[i] = binary.LittleEndian.Uint16(f.Payload[24+2*i:])
+		r.Config.ServerWeights[i] = binary.LittleEndian.Uint16(f.Payload[weightsAt+2*i:])
 	}
 	if r.Epoch < 1 {
 		return Reconfiguration{}, fmt.Errorf("cluster: bad reconfiguration from iteration %d: epoch %d (changes start at epoch 1)", r.From, r.Epoch)

@@ -22,6 +22,8 @@ func TestReconfigureRoundTrip(t *testing.T) {
 		{Epoch: 5, From: 10, Config: sched.Config{Order: sched.OrderPriority, Compression: dtype.F16}},
 		{Epoch: 6, From: 11, Config: sched.Config{Order: sched.OrderPriority, ServerWeights: sched.ServerWeights{1000, 250, 1}}},
 		{Epoch: 7, From: 12, Config: sched.Config{Order: sched.OrderPriority, ServerWeights: maxWeights()}},
+		{Epoch: 8, From: 13, Config: sched.Config{PartitionBytes: 4096, Order: sched.OrderPriority, FusionBytes: 1 << 20}},
+		{Epoch: 9, From: 14, Config: sched.Config{Order: sched.OrderPriority, FusionBytes: math.MaxInt64, ServerWeights: maxWeights()}},
 	} {
 		f := ReconfigureFrame(r)
 		if f.Priority != 0 {
@@ -70,9 +72,9 @@ func TestDecodeReconfigureRejects(t *testing.T) {
 	}{
 		{"announcement", AnnounceFrame(sched.Piece{Count: 1, Bytes: 4}), "subtype 3"},
 		{"push frame", with(func(f *transport.Frame) { f.Kind = transport.KindPush }), "not a reconfiguration"},
-		{"empty payload", with(func(f *transport.Frame) { f.Payload = nil }), "0 payload bytes, want 88"},
+		{"empty payload", with(func(f *transport.Frame) { f.Payload = nil }), "0 payload bytes, want 96"},
 		{"short payload", with(func(f *transport.Frame) { f.Payload = f.Payload[:23] }), "23 payload bytes"},
-		{"long payload", with(func(f *transport.Frame) { f.Payload = append(f.Payload, 0) }), "89 payload bytes"},
+		{"long payload", with(func(f *transport.Frame) { f.Payload = append(f.Payload, 0) }), "97 payload bytes"},
 		{"weight hole", with(func(f *transport.Frame) { binary.LittleEndian.PutUint16(f.Payload[24+2*2:], 7) }), "server 0 has weight 0"},
 		{"epoch 0", with(func(f *transport.Frame) { f.Epoch = 0 }), "epoch 0"},
 		{"negative partition", with(func(f *transport.Frame) {
@@ -82,6 +84,7 @@ func TestDecodeReconfigureRejects(t *testing.T) {
 			binary.LittleEndian.PutUint64(f.Payload[8:], math.MaxUint64)
 		}), "got -1"},
 		{"unknown order", with(func(f *transport.Frame) { binary.LittleEndian.PutUint32(f.Payload[16:], 9) }), "unknown order 9"},
+		{"negative fusion", with(func(f *transport.Frame) { binary.LittleEndian.PutUint64(f.Payload[fusionAt:], math.MaxUint64) }), "fusion size must be >= 0 bytes (0 = no fusion), got -1"},
 		{"unknown admission", with(func(f *transport.Frame) { binary.LittleEndian.PutUint32(f.Payload[20:], math.MaxUint32) }), "unknown admission rule 4294967295"},
 	}
 	for _, c := range cases {

@@ -50,8 +50,6 @@ type conformanceScenario struct {
 	// change, if set, is a configuration a scripted tuner proposes after
 	// observing iteration 1, from iteration 3.
 	change *sched.Config
-	// fusion is the job's fusion size (proto.Config.FusionBytes).
-	fusion int64
 }
 
 func (c conformanceScenario) tuner() tune.Tuner {
@@ -68,7 +66,7 @@ func (c conformanceScenario) simulate(t *testing.T, shardBytes int64) *proto.Dec
 	t.Helper()
 	log := proto.NewDecisionLog()
 	o := sim.Options{Profile: conformanceProfile(), Arch: c.arch, Workers: c.workers, Servers: c.servers,
-		BandwidthBps: 1e9, LatencyS: 50e-6, Sched: c.cfg, ShardBytes: shardBytes, FusionBytes: c.fusion, Iterations: conformanceIterations, Decisions: log}
+		BandwidthBps: 1e9, LatencyS: 50e-6, Sched: c.cfg, ShardBytes: shardBytes, Iterations: conformanceIterations, Decisions: log}
 	if tn := c.tuner(); tn != nil {
 		o.Tuner = tn
 	}
@@ -84,7 +82,7 @@ func (c conformanceScenario) runReal(t *testing.T, shardBytes int64) *proto.Deci
 	t.Helper()
 	log := proto.NewDecisionLog()
 	spec := Spec{Profile: conformanceProfile(), Arch: c.arch, Workers: c.workers, Servers: c.servers,
-		Iterations: conformanceIterations, ShardBytes: shardBytes, FusionBytes: c.fusion, Sched: c.cfg}
+		Iterations: conformanceIterations, ShardBytes: shardBytes, Sched: c.cfg}
 	_, err := runClusterWith(t, spec, func(r int) WorkerOptions {
 		o := WorkerOptions{Rank: r, Verify: worker.VerifyFull, Decisions: log}
 		if tn := c.tuner(); r == 0 && tn != nil {
@@ -107,6 +105,9 @@ func conformanceScenarios() []conformanceScenario {
 	compressed.Compression = dtype.BF16
 	weighed := finer
 	weighed.ServerWeights = sched.ServerWeights{4, 1, 2}
+	// 20 kB fuses tensors 0-2 (layers 0 and 1) and 4-5 (layers 2 and 3).
+	fused, fusedFiner := bs, finer
+	fused.FusionBytes, fusedFiner.FusionBytes = 20_000, 20_000
 	return []conformanceScenario{
 		{name: "ps/fifo", arch: worker.PS, workers: 3, servers: 2, cfg: sched.Config{}},
 		{name: "ps/bytescheduler", arch: worker.PS, workers: 3, servers: 2, cfg: bs},
@@ -116,9 +117,10 @@ func conformanceScenarios() []conformanceScenario {
 		{name: "allreduce/bytescheduler+change", arch: worker.AllReduce, workers: 3, cfg: bs, change: &finer},
 		{name: "ps/compression on", arch: worker.PS, workers: 3, servers: 2, cfg: bs, change: &compressed},
 		{name: "allreduce/compression off", arch: worker.AllReduce, workers: 3, cfg: compressed, change: &bs},
-		// 20 kB fuses tensors 0-2 (layers 0 and 1) and 4-5 (layers 2 and 3).
-		{name: "ps/fusion+change", arch: worker.PS, workers: 3, servers: 2, cfg: bs, change: &finer, fusion: 20_000},
-		{name: "allreduce/fusion", arch: worker.AllReduce, workers: 3, cfg: bs, fusion: 20_000},
+		{name: "ps/fusion+change", arch: worker.PS, workers: 3, servers: 2, cfg: fused, change: &fusedFiner},
+		{name: "allreduce/fusion", arch: worker.AllReduce, workers: 3, cfg: fused},
+		{name: "ps/fusion on", arch: worker.PS, workers: 3, servers: 2, cfg: bs, change: &fused},
+		{name: "allreduce/fusion off", arch: worker.AllReduce, workers: 3, cfg: fused, change: &bs},
 		{name: "ps/server weights", arch: worker.PS, workers: 3, servers: 3, cfg: bs, change: &weighed},
 	}
 }

@@ -29,7 +29,7 @@ func TestConformanceIsTimingFree(t *testing.T) {
 			cfgs = append(cfgs, *c.change)
 		}
 		for _, cfg := range cfgs {
-			if err := timingFree(cfg, c.fusion); err != nil {
+			if err := timingFree(cfg); err != nil {
 				t.Errorf("%s, configuration %+v: %v", c.name, cfg, err)
 			}
 		}
@@ -37,7 +37,7 @@ func TestConformanceIsTimingFree(t *testing.T) {
 	// Negative control: the check catches the configuration that made
 	// TestConformance flaky.
 	flaky := sched.Config{PartitionBytes: 3_000, CreditBytes: 8_000, Order: sched.OrderPriority, Admission: sched.AdmitStrict}
-	if err := timingFree(flaky, 0); err == nil || !strings.Contains(err.Error(), "layer 1") {
+	if err := timingFree(flaky); err == nil || !strings.Contains(err.Error(), "layer 1") {
 		t.Errorf("strict admission with 8,000 bytes of credit: %v, want layer 1 found timing-dependent", err)
 	}
 }
@@ -45,7 +45,7 @@ func TestConformanceIsTimingFree(t *testing.T) {
 // timingFree explores, layer by layer in backward order, every order in
 // which in-flight pieces can finish, and returns an error naming the first
 // layer where two orders start pieces differently.
-func timingFree(cfg sched.Config, fusion int64) error {
+func timingFree(cfg sched.Config) error {
 	cfg.ServerWeights = sched.ServerWeights{} // placement does not order starts; one server suffices
 	p := conformanceProfile()
 	var tensors []proto.Tensor
@@ -60,7 +60,7 @@ func timingFree(cfg sched.Config, fusion int64) error {
 	}
 	newWorker := func() (*proto.Worker, error) {
 		return proto.New(proto.Config{Rank: 0, Workers: 1, Arch: proto.PS, Servers: 1, Tensors: tensors, Sched: cfg,
-			FusionBytes: fusion, Plans: proto.NewPlans()})
+			Plans: proto.NewPlans()})
 	}
 	// replay posts layers down to l (each earlier one finished in start
 	// order), then finishes pieces by choices (indices into the sorted

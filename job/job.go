@@ -56,9 +56,6 @@ type Spec struct {
 	Servers    int
 	Sched      sched.Config
 	ShardBytes int64
-	// FusionBytes fuses neighbouring tensors smaller than it into units of
-	// at most this many bytes (proto.Config.FusionBytes); 0: none.
-	FusionBytes int64
 	// Iterations is how many iterations a replaying worker (RunWorker)
 	// runs; 0 for open-ended jobs driven through the Go API or the Python
 	// plugin.
@@ -101,10 +98,9 @@ func (s Spec) Digest() string {
 		W, M       int
 		Sched      sched.Config
 		Shard      int64
-		Fusion     int64
 		Iterations int
 		Pull       bool
-	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.FusionBytes, s.Iterations, s.PullMode})
+	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.Iterations, s.PullMode})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:6])
 }
@@ -124,8 +120,6 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("job: iterations must be >= 0, got %d", s.Iterations)
 	case s.ShardBytes < 0:
 		return fmt.Errorf("job: shard size must be >= 0, got %d", s.ShardBytes)
-	case s.FusionBytes < 0:
-		return fmt.Errorf("job: fusion size must be >= 0, got %d", s.FusionBytes)
 	}
 	if err := s.Sched.Validate(); err != nil {
 		return err

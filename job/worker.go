@@ -255,7 +255,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 	}
 
 	ecfg := worker.Config{Rank: o.Rank, Workers: spec.Workers, Arch: spec.Arch, Tensors: tensors,
-		Sched: spec.Sched, ShardBytes: spec.ShardBytes, FusionBytes: spec.FusionBytes, PullMode: spec.PullMode, Logger: n.Logger}
+		Sched: spec.Sched, ShardBytes: spec.ShardBytes, PullMode: spec.PullMode, Logger: n.Logger}
 	var table *cluster.Table
 	if o.Rank == 0 {
 		// Listen on every interface at the master port: MASTER_ADDR is how

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/autobyte/autobyte/dtype"
 )
 
 // DecisionLog records what the machines of a job decided, in a form that
@@ -52,6 +54,12 @@ func (l *DecisionLog) Record(rank int, r *Ready) {
 		line := fmt.Sprintf("epoch %d from %d partition %d credit %d %v", e.Number, e.From, e.Config.PartitionBytes, e.Config.CreditBytes, e.Config.Order)
 		if e.Config.ServerWeights.Weighted() {
 			line += " weights " + e.Config.ServerWeights.String()
+		}
+		if e.Config.Compression != dtype.F32 {
+			line += " compression " + e.Config.Compression.String()
+		}
+		if e.Config.FusionBytes > 0 {
+			line += fmt.Sprintf(" fusion %d", e.Config.FusionBytes)
 		}
 		conns["epochs"] = append(conns["epochs"], line)
 	}

@@ -51,24 +51,58 @@ func fuse(tensors []Tensor, limit int64) (units []Unit, unitOf []int) {
 	return units, unitOf
 }
 
-// Units are the machine's units of communication, by unit number (the
-// PieceID.Tensor of their pieces). The caller must not modify them.
-func (w *Worker) Units() []Unit { return w.units }
+// layout is how the tensors travel under one fusion size: units[u] is
+// unit u, unitOf[t] tensor t's unit and memberIndex[t] its place in it.
+type layout struct {
+	units       []Unit
+	unitOf      []int
+	memberIndex []int
+}
 
-// UnitOf is the unit tensor travels in.
-func (w *Worker) UnitOf(tensor int) int { return w.unitOf[tensor] }
+// layoutFor is the layout of fusion size limit, computed once per size.
+func (w *Worker) layoutFor(limit int64) *layout {
+	if l, ok := w.layouts[limit]; ok {
+		return l
+	}
+	l := &layout{memberIndex: make([]int, len(w.cfg.Tensors))}
+	l.units, l.unitOf = fuse(w.cfg.Tensors, limit)
+	for _, u := range l.units {
+		for i, t := range u.Tensors {
+			l.memberIndex[t] = i
+		}
+	}
+	w.layouts[limit] = l
+	return l
+}
 
-// postFused records that tensor of a fused unit was posted for iteration
-// and reports whether it completes the unit (every member posted).
-func (w *Worker) postFused(tensor, iteration int) (complete bool, err error) {
-	u := w.unitOf[tensor]
+// layoutAt is the layout of configuration epoch.
+func (w *Worker) layoutAt(epoch int) *layout {
+	return w.layoutFor(w.epochs[epoch].Config.FusionBytes)
+}
+
+// Units are the units of communication of configuration epoch, by unit
+// number (the PieceID.Tensor of its pieces; Piece.Epoch names the epoch).
+// An epoch the machine does not know has none. The caller must not modify
+// them.
+func (w *Worker) Units(epoch int) []Unit {
+	if epoch < 0 || epoch >= len(w.epochs) {
+		return nil
+	}
+	return w.layoutAt(epoch).units
+}
+
+// postFused records that tensor of a fused unit of l was posted for
+// iteration and reports whether it completes the unit (every member
+// posted).
+func (w *Worker) postFused(l *layout, tensor, iteration int) (complete bool, err error) {
+	u := l.unitOf[tensor]
 	k := fusedKey{iteration: iteration, unit: u}
 	posted := w.fusedPosted[k]
 	if posted == nil {
-		posted = make([]bool, len(w.units[u].Tensors))
+		posted = make([]bool, len(l.units[u].Tensors))
 		w.fusedPosted[k] = posted
 	}
-	i := w.memberIndex[tensor]
+	i := l.memberIndex[tensor]
 	if posted[i] {
 		return false, fmt.Errorf("proto: worker %d: tensor %d posted twice for iteration %d", w.cfg.Rank, tensor, iteration)
 	}

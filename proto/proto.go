@@ -27,6 +27,7 @@ package proto
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/placement"
@@ -147,14 +148,6 @@ type Config struct {
 	// ShardBytes is the parameter servers' big-array bound: a piece larger
 	// than it is split into shards on distinct servers (placement.Inputs).
 	ShardBytes int64
-	// FusionBytes fuses runs of neighbouring tensors smaller than it into
-	// units of at most this many bytes, each communicated as one tensor
-	// (fewer, larger messages for models of many small tensors); 0: none.
-	// Every worker of a job must use the same value. It is fixed for the
-	// job: a follower posts an iteration's tensors before it may know
-	// that iteration's epoch, so what travels together cannot change with
-	// the configuration.
-	FusionBytes int64
 	// Plans, if set, is a placement cache shared by the machines of one
 	// job in one process (the simulator's), which place alike; nil: the
 	// machine keeps its own.
@@ -185,6 +178,7 @@ type planKey struct {
 	partition   int64
 	compression dtype.DType
 	weights     sched.ServerWeights
+	fusion      int64
 }
 
 // NewPlans returns an empty cache.
@@ -256,8 +250,9 @@ type PieceEvent struct {
 	InFlightBytes int64
 }
 
-// Synced is a tensor of an iteration whose sum is in place.
-type Synced struct{ Tensor, Iteration int }
+// Synced is a tensor of an iteration whose sum is in place; it travelled
+// in unit Unit of configuration epoch Epoch (Units).
+type Synced struct{ Tensor, Iteration, Unit, Epoch int }
 
 // Gate is a layer of an iteration whose parameters are synchronised: the
 // next forward pass may run that layer.
@@ -305,13 +300,23 @@ type Worker struct {
 	// order (followers start the leader's pieces in its order, so every
 	// worker numbers them alike).
 	seq uint64
-	// units are what travels (fuse); unitOf[t] is tensor t's unit and
-	// memberIndex[t] its place in it; fusedPosted[k] says which members of
-	// a fused unit iteration k has posted so far.
-	units       []Unit
-	unitOf      []int
-	memberIndex []int
+	// layouts are what travels under each fusion size an epoch used
+	// (layoutFor); fusedPosted[k] says which members of a fused unit
+	// iteration k has posted so far.
+	layouts     map[int64]*layout
 	fusedPosted map[fusedKey][]bool
+	// lastPosted is the newest iteration posted here (-1: none). A
+	// follower knows the epoch of every iteration up to settled (the
+	// newest of an announced piece; later epochs start after it) and
+	// holds back, in early, the tensors it posted for later iterations:
+	// which of them travel together depends on that epoch's fusion size.
+	lastPosted, settled int
+	early               map[int]*earlyPosts
+	// postedFused[k] is the fusion size iteration k's tensors were posted
+	// under here, checked against each announced piece (a follower that
+	// grouped an iteration otherwise than the leader would push the wrong
+	// bytes).
+	postedFused map[int]int64
 	ready       Ready
 }
 
@@ -328,8 +333,6 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("proto: parameter-server mode needs at least one server, got %d", cfg.Servers)
 	case cfg.ShardBytes < 0:
 		return nil, fmt.Errorf("proto: shard size must be >= 0 bytes (0 = no sharding), got %d", cfg.ShardBytes)
-	case cfg.FusionBytes < 0:
-		return nil, fmt.Errorf("proto: fusion size must be >= 0 bytes (0 = no fusion), got %d", cfg.FusionBytes)
 	}
 	if err := cfg.Sched.Validate(); err != nil {
 		return nil, err
@@ -338,7 +341,8 @@ func New(cfg Config) (*Worker, error) {
 		return nil, fmt.Errorf("proto: rank %d: initial configuration: %w", cfg.Rank, err)
 	}
 	w := &Worker{cfg: cfg, epochs: []Epoch{{Config: cfg.Sched}}, plans: cfg.Plans,
-		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}, fusedPosted: map[fusedKey][]bool{}}
+		shardsLeft: map[sched.PieceID]int{}, layerLeft: map[int][]int{}, fusedPosted: map[fusedKey][]bool{},
+		layouts: map[int64]*layout{}, lastPosted: -1, settled: -1, early: map[int]*earlyPosts{}, postedFused: map[int]int64{}}
 	for i, t := range cfg.Tensors {
 		e := t.elemBytes()
 		if t.Layer < 0 || t.Bytes <= 0 || e < 1 || t.Bytes%e != 0 {
@@ -348,13 +352,6 @@ func New(cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("proto: tensor %d: unknown element type %d", i, int(t.Wire))
 		}
 		w.layers = max(w.layers, t.Layer+1)
-	}
-	w.units, w.unitOf = fuse(cfg.Tensors, cfg.FusionBytes)
-	w.memberIndex = make([]int, len(cfg.Tensors))
-	for _, u := range w.units {
-		for i, t := range u.Tensors {
-			w.memberIndex[t] = i
-		}
 	}
 	if w.plans == nil {
 		w.plans = NewPlans()
@@ -417,7 +414,10 @@ func (w *Worker) Ready() Ready {
 }
 
 // Post records that tensor's gradient of iteration is ready here and
-// starts what the credit window admits.
+// starts what the credit window admits. Tensors travel in the units of
+// the iteration's epoch; a follower that may not know that epoch yet (no
+// piece of the iteration was announced) holds the tensor back until it
+// does, which delays nothing: it starts only the leader's pieces.
 func (w *Worker) Post(tensor, iteration int) error {
 	if tensor < 0 || tensor >= len(w.cfg.Tensors) {
 		return fmt.Errorf("proto: worker %d: tensor %d out of range (have %d)", w.cfg.Rank, tensor, len(w.cfg.Tensors))
@@ -429,17 +429,36 @@ func (w *Worker) Post(tensor, iteration int) error {
 	if !t.Posted.in(iteration) {
 		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d, but it is posted in %v", w.cfg.Rank, tensor, iteration, t.Posted)
 	}
+	if iteration < w.lastPosted {
+		return fmt.Errorf("proto: worker %d: tensor %d posted for iteration %d after iteration %d", w.cfg.Rank, tensor, iteration, w.lastPosted)
+	}
+	w.lastPosted = iteration
 	if _, ok := w.layerLeft[iteration]; !ok {
 		w.layerLeft[iteration] = append([]int(nil), w.perLayerAt[min(iteration, 1)]...)
 	}
-	u := w.unitOf[tensor]
-	if len(w.units[u].Tensors) > 1 {
-		complete, err := w.postFused(tensor, iteration)
+	if w.follower != nil && iteration > w.settled {
+		return w.holdBack(tensor, iteration)
+	}
+	if err := w.postUnit(tensor, iteration); err != nil {
+		return err
+	}
+	return w.dispatch()
+}
+
+// postUnit hands tensor's task of iteration to the core as part of its
+// unit under the iteration's epoch, once the unit is complete.
+func (w *Worker) postUnit(tensor, iteration int) error {
+	fusion := w.epochs[w.epochOf(iteration)].Config.FusionBytes
+	l := w.layoutFor(fusion)
+	w.postedFused[iteration] = fusion
+	u := l.unitOf[tensor]
+	if len(l.units[u].Tensors) > 1 {
+		complete, err := w.postFused(l, tensor, iteration)
 		if err != nil || !complete {
 			return err
 		}
 	}
-	task := w.units[u].task(u, iteration)
+	task := l.units[u].task(u, iteration)
 	var err error
 	if w.leader != nil {
 		err = w.leader.Post(task)
@@ -449,7 +468,66 @@ func (w *Worker) Post(tensor, iteration int) error {
 	if err != nil {
 		return fmt.Errorf("proto: worker %d: %w", w.cfg.Rank, err)
 	}
-	return w.dispatch()
+	return nil
+}
+
+// earlyPosts are the tensors a follower posted for one iteration whose
+// epoch it does not know yet, in posting order.
+type earlyPosts struct {
+	tensors []int
+	seen    []bool
+}
+
+// holdBack keeps a follower's post of an iteration past settled.
+func (w *Worker) holdBack(tensor, iteration int) error {
+	e := w.early[iteration]
+	if e == nil {
+		e = &earlyPosts{seen: make([]bool, len(w.cfg.Tensors))}
+		w.early[iteration] = e
+	}
+	if e.seen[tensor] {
+		return fmt.Errorf("proto: worker %d: tensor %d posted twice for iteration %d", w.cfg.Rank, tensor, iteration)
+	}
+	e.seen[tensor] = true
+	e.tensors = append(e.tensors, tensor)
+	return nil
+}
+
+// settle records that the epoch of every iteration up to k is known and
+// posts what was held back for them, oldest iteration first.
+func (w *Worker) settle(k int) error {
+	if k <= w.settled {
+		return nil
+	}
+	w.settled = k
+	// Held back are at most a few iterations: a worker cannot post far
+	// ahead of the sums of its previous iteration.
+	its := make([]int, 0, len(w.early))
+	for it := range w.early {
+		if it <= k {
+			its = append(its, it)
+		}
+	}
+	slices.Sort(its)
+	for _, it := range its {
+		for _, t := range w.early[it].tensors {
+			if err := w.postUnit(t, it); err != nil {
+				return err
+			}
+		}
+		delete(w.early, it)
+	}
+	return nil
+}
+
+// epochOf is the epoch iteration k is cut under: the last whose From is
+// not after it.
+func (w *Worker) epochOf(k int) int {
+	e := len(w.epochs) - 1
+	for e > 0 && w.epochs[e].From > k {
+		e--
+	}
+	return e
 }
 
 // Announced is a follower's event: the leader announced that it started p.
@@ -461,6 +539,11 @@ func (w *Worker) Announced(p sched.Piece) error {
 		return fmt.Errorf("proto: worker 0 (the leader) was announced piece %d of tensor %d iteration %d", p.Index, p.Tensor, p.Iteration)
 	}
 	if err := w.checkAnnounced(p); err != nil {
+		return err
+	}
+	// The leader posted p's iteration, so every later epoch starts after
+	// it: the epoch of each iteration up to it is known here.
+	if err := w.settle(p.Iteration); err != nil {
 		return err
 	}
 	w.follower.Announce(p)
@@ -613,7 +696,7 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 		return nil, fmt.Errorf("proto: worker %d: piece of configuration epoch %d, but epochs here are 0..%d", w.cfg.Rank, epoch, len(w.epochs)-1)
 	}
 	cfg := w.epochs[epoch].Config
-	key := planKey{cfg.PartitionBytes, cfg.Compression, cfg.ServerWeights}
+	key := planKey{cfg.PartitionBytes, cfg.Compression, cfg.ServerWeights, cfg.FusionBytes}
 	if pl, ok := w.plans.byCut[key]; ok {
 		return pl, nil
 	}
@@ -625,7 +708,7 @@ func (w *Worker) plan(epoch int) (*placement.Plan, error) {
 		}
 		in.Weights = shares
 	}
-	for i, u := range w.units {
+	for i, u := range w.layoutAt(epoch).units {
 		bytes, elem, _ := u.task(i, 0).Cut(cfg)
 		in.TensorBytes = append(in.TensorBytes, bytes)
 		in.TensorElemBytes = append(in.TensorElemBytes, elem)
@@ -656,8 +739,9 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 	}
 	k := id.Iteration
 	left := w.layerLeft[k]
-	for _, t := range w.units[id.Tensor].Tensors {
-		w.ready.Synced = append(w.ready.Synced, Synced{Tensor: t, Iteration: k})
+	members := w.layoutAt(p.Epoch).units[id.Tensor].Tensors
+	for _, t := range members {
+		w.ready.Synced = append(w.ready.Synced, Synced{Tensor: t, Iteration: k, Unit: id.Tensor, Epoch: p.Epoch})
 		left[w.cfg.Tensors[t].Layer]--
 	}
 	all := true
@@ -666,6 +750,7 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 	}
 	if all {
 		delete(w.layerLeft, k)
+		delete(w.postedFused, k)
 	}
 	switch {
 	case w.epochs[p.Epoch].Barrier(): // the epoch the task was cut under, that of iteration k
@@ -675,7 +760,7 @@ func (w *Worker) pieceDone(id sched.PieceID) error {
 			}
 		}
 	default:
-		for _, t := range w.units[id.Tensor].Tensors {
+		for _, t := range members {
 			if l := w.cfg.Tensors[t].Layer; left[l] == 0 {
 				w.open(l, k)
 			}
@@ -697,15 +782,20 @@ func (w *Worker) checkAnnounced(p sched.Piece) error {
 		return fmt.Errorf("proto: worker %d: rank 0 announced piece %d of tensor %d iteration %d in configuration epoch %d before announcing that epoch (epochs here are 0..%d)",
 			w.cfg.Rank, p.Index, p.Tensor, p.Iteration, p.Epoch, len(w.epochs)-1)
 	}
-	if p.Tensor < 0 || p.Tensor >= len(w.units) {
-		have := fmt.Sprintf("%d tensors", len(w.units))
-		if len(w.units) < len(w.cfg.Tensors) {
-			have = fmt.Sprintf("%d units of communication (%d tensors fused at %d bytes)", len(w.units), len(w.cfg.Tensors), w.cfg.FusionBytes)
+	cfg := w.epochs[p.Epoch].Config
+	units := w.layoutAt(p.Epoch).units
+	if p.Tensor < 0 || p.Tensor >= len(units) {
+		have := fmt.Sprintf("%d tensors", len(units))
+		if len(units) < len(w.cfg.Tensors) {
+			have = fmt.Sprintf("%d units of communication in epoch %d (%d tensors fused at %d bytes)", len(units), p.Epoch, len(w.cfg.Tensors), cfg.FusionBytes)
 		}
 		return fmt.Errorf("proto: worker %d: rank 0 announced a piece of tensor %d iteration %d, but there are %s", w.cfg.Rank, p.Tensor, p.Iteration, have)
 	}
-	t := w.units[p.Tensor].Tensor
-	cfg := w.epochs[p.Epoch].Config
+	if f, ok := w.postedFused[p.Iteration]; ok && f != cfg.FusionBytes {
+		return fmt.Errorf("proto: worker %d: rank 0 announced a piece of unit %d iteration %d fused at %d bytes (epoch %d), but this worker grouped that iteration's tensors fused at %d",
+			w.cfg.Rank, p.Tensor, p.Iteration, cfg.FusionBytes, p.Epoch, f)
+	}
+	t := units[p.Tensor].Tensor
 	bytes, elem, comp := t.task(p.Tensor, p.Iteration).Cut(cfg)
 	part := cfg.PartitionBytes
 	count := sched.PieceCount(bytes, elem, part)

@@ -93,6 +93,12 @@ type Config struct {
 	// given (the zero value: by bytes alone); placement uses them, the
 	// core only carries them through epochs.
 	ServerWeights ServerWeights `json:",omitzero"`
+	// FusionBytes fuses runs of neighbouring tensors smaller than it into
+	// units of at most this many bytes, each communicated as one task
+	// (fewer, larger messages for models of many small tensors, as DDP's
+	// buckets do); 0: none. Package proto groups the tensors; the core
+	// only carries the value through epochs.
+	FusionBytes int64 `json:",omitzero"`
 }
 
 // Validate reports the first invalid field of c.
@@ -114,6 +120,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.ServerWeights.Validate(); err != nil {
 		return err
+	}
+	if c.FusionBytes < 0 {
+		return fmt.Errorf("sched: fusion size must be >= 0 bytes (0 = no fusion), got %d", c.FusionBytes)
 	}
 	return nil
 }

@@ -94,10 +94,6 @@ type Options struct {
 	// carries a whole large tensor. The shards of a piece still form one
 	// scheduling unit. 0 disables sharding.
 	ShardBytes int64
-	// FusionBytes fuses runs of neighbouring tensors smaller than it into
-	// units of at most this many bytes, each communicated as one tensor
-	// (proto.Config.FusionBytes); 0: none.
-	FusionBytes int64
 	// Iterations is how many training iterations to simulate (>= 1).
 	Iterations int
 	// Jitter slows each compute step by a factor drawn uniformly from
@@ -207,8 +203,6 @@ func (o *Options) Validate() error {
 		return fmt.Errorf("sim: iterations must be >= 1, got %d", o.Iterations)
 	case o.ShardBytes < 0:
 		return fmt.Errorf("sim: shard size must be >= 0 bytes (0 = no sharding), got %d", o.ShardBytes)
-	case o.FusionBytes < 0:
-		return fmt.Errorf("sim: fusion size must be >= 0 bytes (0 = no fusion), got %d", o.FusionBytes)
 	case !(o.Jitter >= 0) || math.IsInf(o.Jitter, 0):
 		return fmt.Errorf("sim: jitter must be >= 0, got %v", o.Jitter)
 	case o.Wire != WireHost && o.Wire != WireConnections:
@@ -389,7 +383,7 @@ func newSimulation(o Options) (*simulation, error) {
 	plans := proto.NewPlans()
 	for r := 0; r < o.Workers; r++ {
 		m, err := proto.New(proto.Config{Rank: r, Workers: o.Workers, Arch: o.Arch, Tensors: tensors, Sched: o.Sched,
-			Servers: o.Servers, ShardBytes: o.ShardBytes, FusionBytes: o.FusionBytes, Plans: plans})
+			Servers: o.Servers, ShardBytes: o.ShardBytes, Plans: plans})
 		if err != nil {
 			return nil, fmt.Errorf("sim: %w", err)
 		}
@@ -480,7 +474,7 @@ func (s *simulation) drain(w *worker) {
 		// The tuner's statistics are the leader's (tune.Stats).
 		for _, st := range rd.Started {
 			p := st.Piece
-			s.measure.PieceStarted(p.Iteration, p.Bytes, w.unitPosted(p.Tensor), s.now, st.InFlightBytes)
+			s.measure.PieceStarted(p.Iteration, p.Bytes, w.unitPosted(p), s.now, st.InFlightBytes)
 			s.leaderPieces[p.Iteration]++
 		}
 		for _, f := range rd.Finished {
@@ -565,11 +559,11 @@ func (s *simulation) computeDone(w *worker) {
 	s.advance(w)
 }
 
-// unitPosted is when unit u (proto.Unit) was posted here: when the last of
-// its tensors was.
-func (w *worker) unitPosted(u int) float64 {
+// unitPosted is when piece p's unit (proto.Unit) was posted here: when
+// the last of its tensors was.
+func (w *worker) unitPosted(p sched.Piece) float64 {
 	var t float64
-	for _, m := range w.m.Units()[u].Tensors {
+	for _, m := range w.m.Units(p.Epoch)[p.Tensor].Tensors {
 		t = max(t, w.postT[m])
 	}
 	return t
@@ -696,7 +690,7 @@ func (s *simulation) deliver(id int32) {
 // tensor's post time is still p's iteration's: the next iteration posts it
 // only after its forward pass, which waited for this piece.
 func (s *simulation) traceComm(p sched.Piece) {
-	posted := s.workers[0].unitPosted(p.Tensor)
+	posted := s.workers[0].unitPosted(p)
 	_ = s.o.Trace.Complete(fmt.Sprintf("tensor %d piece %d/%d", p.Tensor, p.Index, p.Count), "comm", 1, p.Tensor, posted, s.now-posted,
 		map[string]any{"iteration": p.Iteration, "layer": p.Layer, "bytes": p.Bytes})
 }

@@ -87,6 +87,18 @@ type AutoByteOptions struct {
 	Compress        dtype.DType
 	CommBound       float64
 	CompressionGain float64
+	// Fuse is the fusion size (sched.Config.FusionBytes) the tuner may
+	// switch to and back (the fifth knob); 0 (the default) leaves the
+	// fusion in force alone. Like compression the rule is measured: when
+	// neither partition, credit nor compression is worth a trial, the
+	// tuner tries the other fusion setting, and keeps it only if it is
+	// FusionGain (default 0.02) faster. Fewer, larger messages cost less
+	// per byte where messages are many and small; a fused unit waits for
+	// its last tensor, which can cost more than that. Each setting is tried
+	// once per configuration and conditions (a reverted trial is not
+	// repeated until they change).
+	Fuse       int64
+	FusionGain float64
 	// FixedWeights leaves the parameter servers' weights in force alone
 	// (the fourth knob). Otherwise, on a job of two or more servers, the
 	// tuner moves load between them as it measures them. After every
@@ -174,6 +186,9 @@ func describe(c sched.Config) string {
 	}
 	if c.ServerWeights.Weighted() {
 		s += ", server weights " + c.ServerWeights.String()
+	}
+	if c.FusionBytes > 0 {
+		s += ", fusion " + units.FormatBytes(c.FusionBytes)
 	}
 	return s
 }
@@ -317,7 +332,7 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		v    *float64
 		def  float64
 	}{{"margin", &o.Margin, 0.03}, {"keep tolerance", &o.KeepTolerance, 0}, {"fine-tune rate", &o.FineTuneRate, 0.02}, {"noise z", &o.NoiseZ, 2},
-		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05},
+		{"communication-bound threshold", &o.CommBound, 0.1}, {"compression gain", &o.CompressionGain, 0.05}, {"fusion gain", &o.FusionGain, 0.02},
 		{"rebalance gain", &o.RebalanceGain, 0.1}, {"rebalance keep", &o.RebalanceKeep, 0.01}, {"even weights", &o.WeightsEven, 0.5}}
 	for _, f := range floats {
 		if *f.v < 0 || math.IsNaN(*f.v) || math.IsInf(*f.v, 0) {
@@ -329,6 +344,9 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 	}
 	if !o.Compress.Valid() {
 		return nil, fmt.Errorf("tune: autobyte compression %v is not a wire type", o.Compress)
+	}
+	if o.Fuse < 0 {
+		return nil, fmt.Errorf("tune: autobyte fusion size must be >= 0 bytes (0 = leave the fusion alone), got %d", o.Fuse)
 	}
 	if o.MaxMeasure < o.Measure {
 		return nil, fmt.Errorf("tune: autobyte most measured iterations (%d) must be >= measured iterations (%d)", o.MaxMeasure, o.Measure)
@@ -912,7 +930,10 @@ func (a *AutoByte) search(it int, st Stats) (Proposal, bool) {
 		if best >= 0 {
 			a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "search", Config: a.follow(a.cands[best]), PredictedGain: gain})
 		}
-		return a.compressionTrial(it, st)
+		if p, ok := a.compressionTrial(it, st); ok {
+			return p, true
+		}
+		return a.fusionTrial(it, st)
 	}
 	c := a.follow(a.cands[best])
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c, PredictedGain: gain})
@@ -935,6 +956,28 @@ func (a *AutoByte) compressionTrial(it int, st Stats) (Proposal, bool) {
 	}
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c})
 	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
+	return a.propose(it, c), true
+}
+
+// fusionTrial tries the other fusion setting, if the tuner chooses the
+// fusion and it was not tried under these conditions (see
+// AutoByteOptions.Fuse).
+func (a *AutoByte) fusionTrial(it int, st Stats) (Proposal, bool) {
+	if a.o.Fuse == 0 {
+		return Proposal{}, false
+	}
+	c := a.current
+	if c.FusionBytes == 0 {
+		c.FusionBytes = a.o.Fuse
+	} else {
+		c.FusionBytes = 0
+	}
+	if a.tabu[c] {
+		return Proposal{}, false
+	}
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c})
+	a.trying, a.prev, a.prevStats, a.prevS = true, a.current, st, st.IterationTimeS
+	a.trialTolerance, a.givingBack = -a.o.FusionGain, false
 	return a.propose(it, c), true
 }
 
@@ -969,12 +1012,13 @@ func (a *AutoByte) cost(m measuredConfig) float64 {
 	return m.st.IterationTimeS
 }
 
-// follow is grid candidate c with the compression and server weights in
-// force: partition and credit are searched under them, and only
-// compressionTrial and rebalanced change them.
+// follow is grid candidate c with the compression, server weights and
+// fusion in force: partition and credit are searched under them, and only
+// compressionTrial, rebalanced and fusionTrial change them.
 func (a *AutoByte) follow(c sched.Config) sched.Config {
 	c.Compression = a.current.Compression
 	c.ServerWeights = a.current.ServerWeights
+	c.FusionBytes = a.current.FusionBytes
 	return c
 }
 

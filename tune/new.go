@@ -7,6 +7,11 @@ import (
 	"github.com/autobyte/autobyte/sched"
 )
 
+// AutoFusionBytes is the fusion size autobyte may switch to when the user
+// leaves the fusion to it (--fusion auto, AUTOBYTE_FUSION=auto): the size
+// of DDP's first bucket (1 MiB).
+const AutoFusionBytes = 1 << 20
+
 // Names are the tuners New builds.
 var Names = []string{"static", "grid", "bo", "autobyte"}
 
@@ -28,6 +33,9 @@ type NewOptions struct {
 	// Compress is the 16-bit type autobyte may switch compression to
 	// (AutoByteOptions.Compress; dtype.F32: it keeps Base's).
 	Compress dtype.DType
+	// Fuse is the fusion size autobyte may switch to and back
+	// (AutoByteOptions.Fuse; 0: it keeps Base's).
+	Fuse int64
 }
 
 // New builds the tuner called name (one of Names).
@@ -44,7 +52,7 @@ func New(name string, o NewOptions) (Tuner, error) {
 	case "bo":
 		t, err = NewBO(BOOptions{Arch: o.Arch, Base: o.Base, TrialIterations: o.BOTrial, Seed: o.Seed})
 	case "autobyte":
-		t, err = NewAutoByte(AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Base.Admission}, Seed: o.Seed, Compress: o.Compress})
+		t, err = NewAutoByte(AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority, Admission: o.Base.Admission}, Seed: o.Seed, Compress: o.Compress, Fuse: o.Fuse})
 	default:
 		return nil, fmt.Errorf("unknown tuner %q (want one of %v)", name, Names)
 	}

@@ -77,6 +77,9 @@ func ConfigString(c sched.Config) string {
 	if c.ServerWeights.Weighted() {
 		out += " w" + c.ServerWeights.String()
 	}
+	if c.FusionBytes > 0 {
+		out += " fused" + f(c.FusionBytes, "")
+	}
 	return out
 }
 

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,7 +63,7 @@ func (e *Engine) wireOf(p sched.Piece) dtype.DType {
 	if p.Compression != dtype.F32 {
 		return p.Compression
 	}
-	return e.cfg.Tensors[e.units[p.Tensor].Tensors[0]].Wire
+	return e.m.Units(p.Epoch)[p.Tensor].Wire
 }
 
 // Ring is what the engine needs of an all-reduce ring (package allreduce).
@@ -81,11 +82,6 @@ type Config struct {
 	Sched         sched.Config
 	// ShardBytes is the PS big-array bound (see placement.Inputs).
 	ShardBytes int64
-	// FusionBytes fuses neighbouring small tensors into units of at most
-	// this many bytes (proto.Config.FusionBytes; 0: none). A fused unit's
-	// gradients are copied into one buffer when its last tensor is posted
-	// and its sum back into each tensor's slice when it is in place.
-	FusionBytes int64
 	// Servers are the connections to the parameter servers, by server index
 	// (PS only).
 	Servers []*transport.Conn
@@ -151,25 +147,21 @@ type Engine struct {
 	running atomic.Bool
 
 	// gradsMu guards grads, which readers decode sums into. grads is
-	// keyed by unit (proto.Unit): a tensor's own slice where the unit is
-	// one tensor, else the unit's staging buffer.
+	// keyed by unit (proto.Unit, of the iteration's epoch), from its first
+	// piece's start on: a tensor's own slice where the unit is one tensor,
+	// else a buffer holding its tensors end to end (gather).
 	gradsMu sync.RWMutex
 	grads   map[taskKey][]float32
 
-	// units are the machine's; unitElems[u] is unit u's elements and
-	// memberOff[t] where tensor t's start within its unit (from the
-	// units' byte layout). members holds
-	// the posted gradients of fused units' tensors (by tensor), staged
-	// counts the members posted and unstaged the members synced of a
-	// fused unit's iteration (by unit). The loop's only.
-	units     []proto.Unit
-	unitElems []int
-	memberOff []int
-	members   map[taskKey][]float32
-	staged    map[taskKey]int
-	unstaged  map[taskKey]int
+	// members holds the posted gradients by tensor, and unstaged counts
+	// the members synced of a fused unit's iteration (by unit). Which
+	// tensors travel together is known only when a piece of the iteration
+	// starts (the fusion size is part of its epoch). The loop's only.
+	members  map[taskKey][]float32
+	unstaged map[taskKey]int
 
-	// postedAt and started feed the observer (only when there is one).
+	// postedAt (by tensor) and started feed the observer (only when there
+	// is one).
 	postedAt map[taskKey]time.Time
 	started  map[sched.PieceID]time.Time
 
@@ -221,7 +213,7 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("worker: rank %d needs a control connection to rank 0", cfg.Rank)
 	}
 	pc := proto.Config{Rank: cfg.Rank, Workers: cfg.Workers, Arch: cfg.Arch, Sched: cfg.Sched,
-		Servers: len(cfg.Servers), ShardBytes: cfg.ShardBytes, FusionBytes: cfg.FusionBytes}
+		Servers: len(cfg.Servers), ShardBytes: cfg.ShardBytes}
 	for i, t := range cfg.Tensors {
 		if t.Elems < 1 || t.Layer < 0 {
 			return nil, fmt.Errorf("worker: tensor %d %q: needs elements >= 1 and layer >= 0, got %d elements, layer %d", i, t.Name, t.Elems, t.Layer)
@@ -239,17 +231,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, log: cfg.Logger, m: m, events: make(chan event, 1024), grads: map[taskKey][]float32{},
 		postedAt: map[taskKey]time.Time{}, started: map[sched.PieceID]time.Time{},
-		units: m.Units(), memberOff: make([]int, len(cfg.Tensors)),
-		members: map[taskKey][]float32{}, staged: map[taskKey]int{}, unstaged: map[taskKey]int{}}
-	for _, u := range e.units {
-		// The machine lays a unit out in wire bytes; the posted data is
-		// float32 elements, one per wire element.
-		size := int64(cfg.Tensors[u.Tensors[0]].Wire.Size())
-		for i, t := range u.Tensors {
-			e.memberOff[t] = int(u.Offsets[i] / size)
-		}
-		e.unitElems = append(e.unitElems, int(u.Bytes/size))
-	}
+		members: map[taskKey][]float32{}, unstaged: map[taskKey]int{}}
 	if e.log == nil {
 		e.log = slog.Default()
 	}
@@ -539,7 +521,7 @@ func (e *Engine) carryOut() error {
 		now := time.Now()
 		for _, s := range rd.Started {
 			e.started[s.Piece.PieceID] = now
-			obs.PieceStarted(s.Piece, e.postedAt[taskKey{iter: s.Piece.Iteration, tensor: s.Piece.Tensor}], now, s.InFlightBytes)
+			obs.PieceStarted(s.Piece, e.postedAtUnit(s.Piece), now, s.InFlightBytes)
 		}
 		for _, f := range rd.Finished {
 			obs.PieceDone(f.Piece, e.started[f.Piece.PieceID], now, f.InFlightBytes)
@@ -568,51 +550,85 @@ func (e *Engine) carryOut() error {
 	return nil
 }
 
-// stage records a posted gradient under its unit: the tensor's own slice,
-// or, once a fused unit's last tensor is posted, a buffer holding all of
-// them end to end.
+// stage records a posted gradient; gather finds it when a piece of its
+// unit starts.
 func (e *Engine) stage(iteration int, p Posting) {
-	u := e.m.UnitOf(p.Tensor)
-	k := taskKey{iter: iteration, tensor: u}
-	data := p.Grad
-	if members := e.units[u].Tensors; len(members) > 1 {
-		e.members[taskKey{iter: iteration, tensor: p.Tensor}] = p.Grad
-		if e.staged[k]++; e.staged[k] < len(members) {
-			return
-		}
-		delete(e.staged, k)
-		data = make([]float32, e.unitElems[u])
-		for _, t := range members {
-			copy(data[e.memberOff[t]:], e.members[taskKey{iter: iteration, tensor: t}])
-		}
-	}
-	e.gradsMu.Lock()
-	e.grads[k] = data
-	e.gradsMu.Unlock()
+	k := taskKey{iter: iteration, tensor: p.Tensor}
+	e.members[k] = p.Grad
 	if e.cfg.Observer != nil {
 		e.postedAt[k] = time.Now()
 	}
 }
 
-// unstage puts a synced tensor's sum in place (a fused unit's member:
-// copied out of the unit's buffer) and forgets the unit once all of it is.
-func (e *Engine) unstage(s proto.Synced) {
-	u := e.m.UnitOf(s.Tensor)
-	k := taskKey{iter: s.Iteration, tensor: u}
-	if members := e.units[u].Tensors; len(members) > 1 {
-		tk := taskKey{iter: s.Iteration, tensor: s.Tensor}
-		dst := e.members[tk]
-		copy(dst, e.grad(s.Iteration, u)[e.memberOff[s.Tensor]:][:len(dst)])
-		delete(e.members, tk)
-		if e.unstaged[k]++; e.unstaged[k] < len(members) {
-			return
+// gather is the data of piece p's unit, put together at its first piece:
+// the tensor's own slice, or a fused unit's tensors copied end to end
+// into one buffer. The machine starts a unit only once all of it is
+// posted.
+func (e *Engine) gather(p sched.Piece) []float32 {
+	k := taskKey{iter: p.Iteration, tensor: p.Tensor}
+	e.gradsMu.RLock()
+	data, ok := e.grads[k]
+	e.gradsMu.RUnlock()
+	if ok {
+		return data
+	}
+	u := e.m.Units(p.Epoch)[p.Tensor]
+	if len(u.Tensors) == 1 {
+		data = e.members[taskKey{iter: p.Iteration, tensor: u.Tensors[0]}]
+	} else {
+		// The machine lays a unit out in wire bytes; the posted data is
+		// float32 elements, one per wire element.
+		size := u.Wire.Size()
+		data = make([]float32, int(u.Bytes)/size)
+		for i, t := range u.Tensors {
+			copy(data[int(u.Offsets[i])/size:], e.members[taskKey{iter: p.Iteration, tensor: t}])
 		}
-		delete(e.unstaged, k)
 	}
 	e.gradsMu.Lock()
-	delete(e.grads, k)
+	e.grads[k] = data
 	e.gradsMu.Unlock()
-	delete(e.postedAt, k)
+	return data
+}
+
+// postedAtUnit is when piece p's unit was posted here: when the last of
+// its tensors was.
+func (e *Engine) postedAtUnit(p sched.Piece) time.Time {
+	var at time.Time
+	for _, t := range e.m.Units(p.Epoch)[p.Tensor].Tensors {
+		if tp := e.postedAt[taskKey{iter: p.Iteration, tensor: t}]; tp.After(at) {
+			at = tp
+		}
+	}
+	return at
+}
+
+// unstage puts a synced tensor's sum in place (a fused unit's member:
+// copied out of the unit's buffer) and forgets the unit once all of it is.
+// A unit that never left (a one-worker ring) was never gathered: each
+// tensor already holds its sum.
+func (e *Engine) unstage(s proto.Synced) {
+	tk := taskKey{iter: s.Iteration, tensor: s.Tensor}
+	uk := taskKey{iter: s.Iteration, tensor: s.Unit}
+	u := e.m.Units(s.Epoch)[s.Unit]
+	if len(u.Tensors) > 1 {
+		if data := e.grad(s.Iteration, s.Unit); data != nil {
+			size := int64(u.Wire.Size())
+			i := slices.Index(u.Tensors, s.Tensor)
+			dst := e.members[tk]
+			copy(dst, data[u.Offsets[i]/size:][:len(dst)])
+		}
+		if e.unstaged[uk]++; e.unstaged[uk] < len(u.Tensors) {
+			delete(e.members, tk)
+			delete(e.postedAt, tk)
+			return
+		}
+		delete(e.unstaged, uk)
+	}
+	delete(e.members, tk)
+	delete(e.postedAt, tk)
+	e.gradsMu.Lock()
+	delete(e.grads, uk)
+	e.gradsMu.Unlock()
 }
 
 // sendMessage sends one of the machine's messages.
@@ -635,7 +651,7 @@ func (e *Engine) sendMessage(m proto.Message) error {
 		p := m.Piece
 		d := e.wireOf(p)
 		size := int64(d.Size())
-		data := e.grad(p.Iteration, p.Tensor)[p.Offset/size : (p.Offset+p.Bytes)/size]
+		data := e.gather(p)[p.Offset/size : (p.Offset+p.Bytes)/size]
 		e.cfg.Ring.Start(p, m.Priority, d, data, func(err error) { e.send(event{kind: evPieceDone, piece: p, err: err}) })
 	case proto.Push:
 		if so, ok := e.cfg.Observer.(ShardObserver); ok {
@@ -661,7 +677,7 @@ func (e *Engine) push(m proto.Message) error {
 	// The gradient itself goes out where it is already in wire format: its
 	// sum only arrives (and overwrites it) after every worker's push was
 	// written, ours included.
-	src := e.grad(p.Iteration, p.Tensor)[m.Offset/size : (m.Offset+m.Bytes)/size]
+	src := e.gather(p)[m.Offset/size : (m.Offset+m.Bytes)/size]
 	payload, zeroCopy := transport.WireBytes(src)
 	exp := 0
 	if zeroCopy = zeroCopy && d == dtype.F32; !zeroCopy {

@@ -165,8 +165,7 @@ func TestPSExactSums(t *testing.T) {
 				cfg := tn.config(r, testTensors)
 				cfg.PullMode = c.pull
 				cfg.ShardBytes = c.shards
-				cfg.FusionBytes = c.fusion
-				cfg.Sched = sched.Config{PartitionBytes: c.partition, CreditBytes: c.credit, Order: sched.OrderPriority}
+				cfg.Sched = sched.Config{PartitionBytes: c.partition, CreditBytes: c.credit, Order: sched.OrderPriority, FusionBytes: c.fusion}
 				cfg.OnDone = run.onDone(r)
 				cfgs = append(cfgs, cfg)
 			}
@@ -196,7 +195,7 @@ func TestAllReduceExactSums(t *testing.T) {
 						cfg.Ring = ring.member(r)
 					}
 					cfg.Sched = sched.Config{PartitionBytes: part, CreditBytes: 2 * part, Order: sched.OrderPriority}
-					cfg.FusionBytes = c.fusion
+					cfg.Sched.FusionBytes = c.fusion
 					cfg.OnDone = run.onDone(r)
 					cfgs = append(cfgs, cfg)
 				}
@@ -215,7 +214,7 @@ func TestAllReduceExactSums(t *testing.T) {
 func checkFused(t *testing.T, e *Engine, fusion int64) {
 	t.Helper()
 	var got [][]int
-	for _, u := range e.units {
+	for _, u := range e.m.Units(0) {
 		got = append(got, u.Tensors)
 	}
 	want := [][]int{{0}, {1}, {2}, {3}, {4}}

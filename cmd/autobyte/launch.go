@@ -22,7 +22,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/autobyte/autobyte/cluster"
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/stats"
@@ -84,7 +83,7 @@ the failed process's error.`,
 			if _, err := parseVerify(verify); err != nil {
 				return err
 			}
-			if _, err := tf.build(o, f.seed, f.tunerCompress()); err != nil {
+			if _, err := tf.build(o, f.seed, f.autoKnobs()); err != nil {
 				return err
 			}
 			if len(o.BandwidthTrace) > 0 && bedName == "" {
@@ -213,9 +212,9 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	defer stop()
 	tuneMalloc, _ := cmd.Flags().GetBool("tune-malloc")
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
-		scriptTuner: tuner, traceDir: traceDir, scriptCompressAuto: f.tunerCompress() != dtype.F32, tuneMalloc: tuneMalloc}
-	if lc.scriptCompressAuto && tuner != "autobyte" {
-		return fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", tuner)
+		scriptTuner: tuner, traceDir: traceDir, scriptAuto: f.autoKnobs(), tuneMalloc: tuneMalloc}
+	if err := lc.scriptAuto.check(tuner); err != nil {
+		return err
 	}
 	if traceDir != "" {
 		if err := os.MkdirAll(traceDir, 0o755); err != nil {
@@ -321,13 +320,13 @@ type launchConfig struct {
 	// hosts' rate it is told (0: unknown).
 	scriptTuner string
 	linkRate    float64
-	// scriptCompressAuto: the script's tuner chooses the compression
-	// (--compression auto).
-	scriptCompressAuto bool
-	verify, logLevel   string
-	peerTimeout        time.Duration
-	shaped             float64
-	progress           io.Writer
+	// scriptAuto are the knobs the script's tuner chooses (--compression
+	// auto, --fusion auto).
+	scriptAuto       autoKnobs
+	verify, logLevel string
+	peerTimeout      time.Duration
+	shaped           float64
+	progress         io.Writer
 	// bed, if set, runs every process in its own testbed host: servers in
 	// hosts 0..M-1, workers in M..M+N-1.
 	bed         *testbed.Testbed

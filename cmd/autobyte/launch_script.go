@@ -72,12 +72,14 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	} else {
 		set("AUTOBYTE_ARCH", "allreduce")
 	}
-	if spec.FusionBytes > 0 {
-		set("AUTOBYTE_FUSION", strconv.FormatInt(spec.FusionBytes, 10))
+	if spec.Sched.FusionBytes > 0 {
+		set("AUTOBYTE_FUSION", strconv.FormatInt(spec.Sched.FusionBytes, 10))
+	} else if lc.scriptAuto.Fuse != 0 {
+		set("AUTOBYTE_FUSION", "auto")
 	}
 	if c := spec.Sched.Compression; c != dtype.F32 {
 		set("AUTOBYTE_COMPRESSION", c.String())
-	} else if lc.scriptCompressAuto {
+	} else if lc.scriptAuto.Compress != dtype.F32 {
 		set("AUTOBYTE_COMPRESSION", "auto")
 	}
 	switch {

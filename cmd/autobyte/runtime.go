@@ -110,7 +110,7 @@ func (f *scenarioFlags) specFor(cmd *cobra.Command, needModel bool) (job.Spec, s
 		arch = worker.AllReduce
 	}
 	return job.Spec{Profile: o.Profile, Arch: arch, Workers: o.Workers, Servers: o.Servers, Sched: o.Sched,
-		ShardBytes: o.ShardBytes, FusionBytes: o.FusionBytes, Iterations: o.Iterations, PullMode: f.pull}, o, nil
+		ShardBytes: o.ShardBytes, Iterations: o.Iterations, PullMode: f.pull}, o, nil
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM.
@@ -223,7 +223,7 @@ $WORLD_SIZE.`,
 			}
 			var tuner tune.Tuner
 			if rank == 0 {
-				if tuner, err = tf.build(o, f.seed, f.tunerCompress()); err != nil {
+				if tuner, err = tf.build(o, f.seed, f.autoKnobs()); err != nil {
 					return err
 				}
 			}
@@ -334,13 +334,14 @@ func (t *tunerFlags) args() []string {
 
 // build returns the tuner for a job started with o (tune.New, as autobyte
 // sim builds it, so equal flags tune alike in the simulator and at run time).
-// compress is the type the autobyte tuner may switch compression to
-// (--compression auto).
-func (t *tunerFlags) build(o sim.Options, seed uint64, compress dtype.DType) (tune.Tuner, error) {
-	if compress != dtype.F32 && t.name != "autobyte" {
-		return nil, fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", t.name)
+// auto are the knobs left to the autobyte tuner (--compression auto,
+// --fusion auto).
+func (t *tunerFlags) build(o sim.Options, seed uint64, auto autoKnobs) (tune.Tuner, error) {
+	if err := auto.check(t.name); err != nil {
+		return nil, err
 	}
-	no := tune.NewOptions{Arch: o.Arch.String(), Base: o.Sched, GridTrial: t.gridTrial, BOTrial: t.boTrial, Seed: seed, Compress: compress}
+	no := tune.NewOptions{Arch: o.Arch.String(), Base: o.Sched, GridTrial: t.gridTrial, BOTrial: t.boTrial, Seed: seed,
+		Compress: auto.Compress, Fuse: auto.Fuse}
 	if t.name == "grid" {
 		var err error
 		if no.GridPartitions, err = parseSizes("--grid-partitions", t.gridParts); err != nil {
@@ -438,6 +439,9 @@ func knobs(c sched.Config) string {
 	}
 	if c.ServerWeights.Weighted() {
 		s += ", server weights " + c.ServerWeights.String()
+	}
+	if c.FusionBytes > 0 {
+		s += ", fusion " + units.FormatBytes(c.FusionBytes)
 	}
 	return s
 }

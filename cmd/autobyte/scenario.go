@@ -14,6 +14,7 @@ import (
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
+	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 )
 
@@ -65,7 +66,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
-	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
+	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never; auto: --tuner autobyte switches between none and 1MiB as it measures). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
 	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
 	fs.IntVar(&f.iterations, "iterations", 10, "training iterations to run")
@@ -279,15 +280,14 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, fmt.Errorf("--shard: %w", err)
 		}
 	}
-	var fusion int64
-	if f.fusion != "0" {
-		if fusion, err = units.ParseBytes(f.fusion); err != nil {
-			return o, fmt.Errorf("--fusion: %w", err)
-		}
-	}
 	cfg, err := f.schedConfig(cmd, arch)
 	if err != nil {
 		return o, err
+	}
+	if f.fusion != "0" && f.fusion != "auto" {
+		if cfg.FusionBytes, err = units.ParseBytes(f.fusion); err != nil {
+			return o, fmt.Errorf("--fusion: %w (or auto)", err)
+		}
 	}
 	var p *model.Profile
 	if needModel || f.model != "" || f.profile != "" {
@@ -312,7 +312,7 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
-		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, FusionBytes: fusion, Sched: cfg,
+		BandwidthBps: bw, LatencyS: lat, ShardBytes: shard, Sched: cfg,
 		Iterations: f.iterations, Jitter: f.jitter, Seed: f.seed}
 	if err := f.dynamics(&o); err != nil {
 		return o, err
@@ -320,14 +320,38 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 	return o, nil
 }
 
-// tunerCompress is the type the autobyte tuner may switch compression to:
-// bfloat16 under --compression auto (the job starts uncompressed), none
-// otherwise (the compression is pinned).
-func (f *scenarioFlags) tunerCompress() dtype.DType {
+// autoKnobs are the knobs the user left to the autobyte tuner: it may
+// switch compression to bfloat16 under --compression auto (the job starts
+// uncompressed) and fusion to tune.AutoFusionBytes under --fusion auto (the
+// job starts unfused); otherwise they are pinned.
+func (f *scenarioFlags) autoKnobs() autoKnobs {
+	var k autoKnobs
 	if f.compression == "auto" {
-		return dtype.BF16
+		k.Compress = dtype.BF16
 	}
-	return dtype.F32
+	if f.fusion == "auto" {
+		k.Fuse = tune.AutoFusionBytes
+	}
+	return k
+}
+
+// autoKnobs are the knobs a tuner may choose beyond partition and credit
+// (tune.NewOptions).
+type autoKnobs struct {
+	Compress dtype.DType
+	Fuse     int64
+}
+
+// check refuses knobs left to a tuner that does not choose them.
+func (k autoKnobs) check(tuner string) error {
+	switch {
+	case tuner == "autobyte":
+	case k.Compress != dtype.F32:
+		return fmt.Errorf("--compression auto: only --tuner autobyte chooses the compression, got --tuner %s", tuner)
+	case k.Fuse != 0:
+		return fmt.Errorf("--fusion auto: only --tuner autobyte chooses the fusion, got --tuner %s", tuner)
+	}
+	return nil
 }
 
 // budgetFlag names the flag and value behind a budget refusal (see

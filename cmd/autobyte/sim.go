@@ -57,7 +57,7 @@ message of each host first.`,
 			if o.MessageCostS, err = units.ParseDuration(messageCost); err != nil {
 				return fmt.Errorf("--message-cost: %w", err)
 			}
-			tn, err := tf.build(o, f.seed, f.tunerCompress())
+			tn, err := tf.build(o, f.seed, f.autoKnobs())
 			if err != nil {
 				return err
 			}
@@ -150,7 +150,9 @@ type configAt struct {
 	// ServerWeights are the parameter servers' shares of the bytes when
 	// not even (absent: by bytes alone).
 	ServerWeights sched.ServerWeights `json:"server_weights,omitzero"`
-	config        sched.Config
+	// FusionBytes is the fusion size when tensors are fused (absent: none).
+	FusionBytes int64 `json:"fusion_bytes,omitempty"`
+	config      sched.Config
 }
 
 // linkReport summarises the bytes carried per link over the run.
@@ -218,7 +220,7 @@ func configsOf(cs []sim.ConfigChange) []configAt {
 		if c.Config.Compression != dtype.F32 {
 			ca.Compression = c.Config.Compression.String()
 		}
-		ca.ServerWeights = c.Config.ServerWeights
+		ca.ServerWeights, ca.FusionBytes = c.Config.ServerWeights, c.Config.FusionBytes
 		out = append(out, ca)
 	}
 	return out

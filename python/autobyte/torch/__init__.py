@@ -120,7 +120,9 @@ def init(**settings):
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
     fusion (fuse neighbouring parameters smaller than this, e.g. "256KB",
-    into one message, like DDP's buckets; default 0: never), bandwidth, peer_timeout, log_level, trace (a file for this
+    into one message, like DDP's buckets; default 0: never; auto: the
+    autobyte tuner, AUTOBYTE_TUNER=autobyte, switches between none and 1 MiB
+    as it measures), bandwidth, peer_timeout, log_level, trace (a file for this
     worker's timeline, see autobyte.timeline) and compression (none, bf16
     or fp16: the type float32 parameters' gradients travel in; auto: the
     autobyte tuner, AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
