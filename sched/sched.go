@@ -18,6 +18,7 @@ import (
 	"fmt"
 
 	"github.com/autobyte/autobyte/dtype"
+	"github.com/autobyte/autobyte/units"
 )
 
 // Order is the order in which ready pieces are started.
@@ -99,6 +100,29 @@ type Config struct {
 	// buckets do); 0: none. Package proto groups the tensors; the core
 	// only carries the value through epochs.
 	FusionBytes int64 `json:",omitzero"`
+}
+
+// Knobs names c's tuned knobs for people: "partition 4 MB, credit 16 MB"
+// ("none" for 0), then the compression, server weights and fusion where
+// they are not the defaults.
+func (c Config) Knobs() string {
+	size := func(n int64) string {
+		if n == 0 {
+			return "none"
+		}
+		return units.FormatBytes(n)
+	}
+	s := fmt.Sprintf("partition %s, credit %s", size(c.PartitionBytes), size(c.CreditBytes))
+	if c.Compression != dtype.F32 {
+		s += ", compression " + c.Compression.String()
+	}
+	if c.ServerWeights.Weighted() {
+		s += ", server weights " + c.ServerWeights.String()
+	}
+	if c.FusionBytes > 0 {
+		s += ", fusion " + units.FormatBytes(c.FusionBytes)
+	}
+	return s
 }
 
 // Validate reports the first invalid field of c.

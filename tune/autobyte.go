@@ -164,7 +164,7 @@ func (e AutoByteEvent) String() string {
 	case "change":
 		s += " (" + e.Detail + ")"
 	case "search", "try", "verify", "rebalance":
-		s += " " + describe(e.Config)
+		s += " " + e.Config.Knobs()
 		if e.PredictedGain != 0 {
 			s += fmt.Sprintf(", predicted gain %.1f%%", 100*e.PredictedGain)
 		}
@@ -172,23 +172,7 @@ func (e AutoByteEvent) String() string {
 			s += " (" + e.Detail + ")"
 		}
 	case "keep", "revert", "measured":
-		s += fmt.Sprintf(" %s, measured %s (before %s)", describe(e.Config), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
-	}
-	return s
-}
-
-// describe names c's knobs: "partition 256KiB credit 1MiB", and the
-// compression if any.
-func describe(c sched.Config) string {
-	s := fmt.Sprintf("partition %s credit %s", units.FormatBytes(c.PartitionBytes), units.FormatBytes(c.CreditBytes))
-	if c.Compression != dtype.F32 {
-		s += ", compression " + c.Compression.String()
-	}
-	if c.ServerWeights.Weighted() {
-		s += ", server weights " + c.ServerWeights.String()
-	}
-	if c.FusionBytes > 0 {
-		s += ", fusion " + units.FormatBytes(c.FusionBytes)
+		s += fmt.Sprintf(" %s, measured %s (before %s)", e.Config.Knobs(), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
 	}
 	return s
 }
@@ -235,6 +219,12 @@ type AutoByte struct {
 	prevS     float64
 	// tabu are candidates tried and reverted under the current conditions.
 	tabu map[sched.Config]bool
+	// fusionTabu are fusion settings tried and reverted under the current
+	// conditions. Unlike tabu, a server whose response time changes does
+	// not clear it (only the change detector does): a fusion trial moves
+	// the servers' response times itself, and on a noisy host that alone
+	// had the tuner try the same fusion again.
+	fusionTabu map[sched.Config]bool
 	// verifyDue: the next search verifies the top-k (start, change).
 	verifyDue bool
 	// verifying: queue holds the candidates still to measure, measured
@@ -363,7 +353,7 @@ func NewAutoByte(o AutoByteOptions) (*AutoByte, error) {
 		return nil, err
 	}
 	a := &AutoByte{o: o, meta: o.Meta.Clone(), cands: Cross(o.Base, o.Partitions, o.Credits), det: det,
-		rng: rand.New(rand.NewPCG(o.Seed, 0x6175746f)), measureFrom: o.Warmup, pending: -1, tabu: map[sched.Config]bool{},
+		rng: rand.New(rand.NewPCG(o.Seed, 0x6175746f)), measureFrom: o.Warmup, pending: -1, tabu: map[sched.Config]bool{}, fusionTabu: map[sched.Config]bool{},
 		verifyDue: o.TopK > 0}
 	return a, nil
 }
@@ -401,6 +391,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	if changed {
 		a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "change", Config: a.current, Detail: what})
 		clear(a.tabu)
+		clear(a.fusionTabu)
 		a.trying, a.rebalancing, a.rebalanceReverts = false, false, 0
 		// The servers' rates are kept: a server that changed shows it when
 		// it next sets the pace (or runs faster than remembered).
@@ -538,6 +529,9 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	ev.Kind = "revert"
 	a.events = append(a.events, ev)
 	a.tabu[a.current] = true
+	if a.current.FusionBytes != a.prev.FusionBytes {
+		a.fusionTabu[a.current] = true
+	}
 	if a.rebalancing {
 		// The trial measured which server set the pace under its
 		// weights: the next rebalance knows better.
@@ -972,7 +966,7 @@ func (a *AutoByte) fusionTrial(it int, st Stats) (Proposal, bool) {
 	} else {
 		c.FusionBytes = 0
 	}
-	if a.tabu[c] {
+	if a.tabu[c] || a.fusionTabu[c] {
 		return Proposal{}, false
 	}
 	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "try", Config: c})

@@ -623,3 +623,42 @@ func TestAutoByteGivesBackWithLittleGain(t *testing.T) {
 		}
 	}
 }
+
+// TestAutoByteFusionTriedOnce: allowed to choose the fusion, the tuner
+// tries the other setting when nothing else is worth a trial, reverts it
+// when it is slower, and does not try it again under the same conditions,
+// even though one server's response time swings threefold now and then
+// (a noisy host), which clears the tabu list of partition and credit
+// candidates. A real loopback run tried the same fusion twice that way.
+func TestAutoByteFusionTriedOnce(t *testing.T) {
+	initial := sched.Config{PartitionBytes: 4 << 20, CreditBytes: 16 << 20, Order: sched.OrderPriority}
+	a, err := tune.NewAutoByte(tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{4 << 20}, Credits: []int64{16 << 20},
+		FineTuneSteps: -1, TopK: -1, Fuse: 1 << 20, FixedWeights: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, proposals := driveJob(t, a, initial, 200, func(k int, c sched.Config) tune.Stats {
+		it := 1.0
+		if c.FusionBytes != 0 {
+			it = 1.3
+		}
+		resp := []float64{0.1, 0.1, 0.1, 0.1}
+		if k%9 == 0 {
+			resp[0] = 0.3
+		}
+		return tune.Stats{Iteration: k, IterationTimeS: it, ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: c,
+			ModelBytes: 100 << 20, Tensors: 100, SizeSkew: 5, Workers: 4, Servers: 4, Arch: "ps", ServerResponseS: resp}
+	})
+	fused := 0
+	for _, p := range proposals {
+		if p.Config.FusionBytes != 0 {
+			fused++
+		}
+	}
+	if fused != 1 {
+		t.Errorf("the tuner proposed fusion %d times, want once (events %v)", fused, eventKinds(a))
+	}
+	if last := proposals[len(proposals)-1].Config; last.FusionBytes != 0 {
+		t.Errorf("ended with %+v in force, want the slower fusion reverted", last)
+	}
+}

@@ -635,7 +635,7 @@ func (r launchReport) writeText(w io.Writer) error {
 			if i == 0 {
 				sep = ""
 			}
-			fmt.Fprintf(w, "%s from %d: %s", sep, c.FromIteration, knobs(c.config))
+			fmt.Fprintf(w, "%s from %d: %s", sep, c.FromIteration, c.config.Knobs())
 		}
 		fmt.Fprintln(w)
 	}

@@ -15,10 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autobyte/autobyte/cluster"
-	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/observe"
-	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/supervise"
 	"github.com/autobyte/autobyte/transport"
@@ -401,7 +399,7 @@ func runtimeTuning(cmd *cobra.Command, o sim.Options, tuner tune.Tuner, events *
 		}
 	}
 	to.OnChange = func(c job.ConfigChange) {
-		note(fmt.Sprintf("from iteration %d: %s", c.FromIteration, knobs(c.Config)))
+		note(fmt.Sprintf("from iteration %d: %s", c.FromIteration, c.Config.Knobs()))
 	}
 	return to
 }
@@ -422,26 +420,4 @@ func newProbeCmd() *cobra.Command {
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", 500*time.Millisecond, "give up after this long")
 	return cmd
-}
-
-// knobs names the tuned knobs of c: "partition 4 MB, credit 16 MB", and
-// the compression when it is on.
-func knobs(c sched.Config) string {
-	sz := func(n int64) string {
-		if n == 0 {
-			return "none"
-		}
-		return units.FormatBytes(n)
-	}
-	s := fmt.Sprintf("partition %s, credit %s", sz(c.PartitionBytes), sz(c.CreditBytes))
-	if c.Compression != dtype.F32 {
-		s += ", compression " + c.Compression.String()
-	}
-	if c.ServerWeights.Weighted() {
-		s += ", server weights " + c.ServerWeights.String()
-	}
-	if c.FusionBytes > 0 {
-		s += ", fusion " + units.FormatBytes(c.FusionBytes)
-	}
-	return s
 }

@@ -258,7 +258,7 @@ func (r simReport) writeText(w io.Writer) error {
 			if i > 0 {
 				fmt.Fprint(tw, "; ")
 			}
-			fmt.Fprintf(tw, "from %d: %s", c.FromIteration, knobs(c.config))
+			fmt.Fprintf(tw, "from %d: %s", c.FromIteration, c.config.Knobs())
 		}
 		fmt.Fprintf(tw, "\n\tmean over the run %s\n", units.FormatSeconds(r.MeanIterationS))
 	}
