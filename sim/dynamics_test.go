@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
@@ -354,7 +355,7 @@ func runWithServers(t *testing.T, o Options) *Result {
 	}
 	byKey := map[pieceKey]*count{}
 	epochOf := map[pieceKey]int32{}
-	taskBytes := map[[2]int32]int64{}
+	taskBytes := map[[3]int32]int64{} // by iteration, unit, epoch
 	s.pushed = func(server int32, k pieceKey, bytes int64) {
 		c := byKey[k]
 		if c == nil {
@@ -371,7 +372,7 @@ func runWithServers(t *testing.T, o Options) *Result {
 			t.Errorf("%s: pieces of epochs %d and %d share key %+v", describe(o), e, k.epoch, noEpoch)
 		}
 		epochOf[noEpoch] = k.epoch
-		taskBytes[[2]int32{k.iter, k.tensor}] += bytes
+		taskBytes[[3]int32{k.iter, k.tensor, k.epoch}] += bytes
 	}
 	r, err := s.run()
 	if err != nil {
@@ -381,38 +382,63 @@ func runWithServers(t *testing.T, o Options) *Result {
 		if c.n != o.Workers {
 			t.Errorf("%s: server %d received %d pushes of %+v, want %d", describe(o), c.server, c.n, k, o.Workers)
 		}
-		// The epoch of a piece is the number of changes in force for its
-		// iteration.
-		want := 0
-		for _, ch := range r.Configs[1:] {
-			if ch.FromIteration <= int(k.iter) {
-				want++
-			}
-		}
-		if int(k.epoch) != want {
+		if want := epochAt(r, int(k.iter)); int(k.epoch) != want {
 			t.Errorf("%s: piece %+v of epoch %d, want %d", describe(o), k, k.epoch, want)
 		}
 	}
+	// Tasks are units of the epoch's fusion (one tensor each without).
+	units := s.workers[0].m.Units
+	tasks := 0
+	for k := range o.Iterations {
+		tasks += len(units(epochAt(r, k)))
+	}
 	for k, b := range taskBytes {
-		if want := s.tensors[k[1]].bytes * int64(o.Workers); b != want {
-			t.Errorf("%s: iteration %d tensor %d: %d bytes pushed, want %d", describe(o), k[0], k[1], b, want)
+		if want := units(int(k[2]))[k[1]].Bytes * int64(o.Workers); b != want {
+			t.Errorf("%s: iteration %d unit %d of epoch %d: %d bytes pushed, want %d", describe(o), k[0], k[1], k[2], b, want)
 		}
 	}
-	if len(taskBytes) != o.Iterations*len(s.tensors) && o.Arch == PS {
-		t.Errorf("%s: %d tasks pushed, want %d", describe(o), len(taskBytes), o.Iterations*len(s.tensors))
+	if len(taskBytes) != tasks && o.Arch == PS {
+		t.Errorf("%s: %d tasks pushed, want %d", describe(o), len(taskBytes), tasks)
 	}
 	return r
 }
 
 // piecesPerWorker is how many pieces a worker schedules per iteration
 // under a partition size.
-func piecesPerWorker(o Options, part int64) int {
-	n := 0
-	for _, l := range o.Profile.Layers {
-		for _, t := range l.Tensors {
-			b := t.Params * int64(o.Profile.BytesPerParam)
-			n += int(sched.PieceCount(b, int64(o.Profile.BytesPerParam), part))
+// epochAt is the epoch of iteration k: the number of changes in force
+// for it.
+func epochAt(r *Result, k int) int {
+	e := 0
+	for _, ch := range r.Configs[1:] {
+		if ch.FromIteration <= k {
+			e++
 		}
+	}
+	return e
+}
+
+func piecesPerWorker(o Options, part int64) int {
+	return piecesUnder(o, sched.Config{PartitionBytes: part, FusionBytes: o.Sched.FusionBytes})
+}
+
+// piecesUnder is how many pieces one iteration of o's model is cut into
+// under cfg's partition and fusion.
+func piecesUnder(o Options, cfg sched.Config) int {
+	var tensors []proto.Tensor
+	elem := o.Profile.BytesPerParam
+	for l, layer := range o.Profile.Layers {
+		for _, t := range layer.Tensors {
+			tensors = append(tensors, proto.Tensor{Layer: l, Bytes: t.Params * int64(elem), ElemBytes: elem})
+		}
+	}
+	cfg = sched.Config{PartitionBytes: cfg.PartitionBytes, FusionBytes: cfg.FusionBytes} // all that cuts pieces
+	m, err := proto.New(proto.Config{Workers: 1, Arch: proto.AllReduce, Tensors: tensors, Sched: cfg})
+	if err != nil {
+		panic(err)
+	}
+	n := 0
+	for _, u := range m.Units(0) {
+		n += int(sched.PieceCount(u.Bytes, int64(elem), cfg.PartitionBytes))
 	}
 	return n
 }
@@ -672,7 +698,8 @@ func (r *randomTuner) Observe(st tune.Stats) (tune.Proposal, bool) {
 		part = 7
 	}
 	return tune.Proposal{FromIteration: from, Config: sched.Config{PartitionBytes: part,
-		CreditBytes: pick(0, 1, 100_000, 4_000_000), Order: sched.Order(r.rng.IntN(2)), Admission: sched.Admission(r.rng.IntN(2))}}, true
+		CreditBytes: pick(0, 1, 100_000, 4_000_000), Order: sched.Order(r.rng.IntN(2)), Admission: sched.Admission(r.rng.IntN(2)),
+		FusionBytes: pick(0, 0, 1000, 5_000_000)}}, true
 }
 
 // TestRandomDynamics runs random jobs under random traces, stragglers and
@@ -727,8 +754,7 @@ func TestRandomDynamics(t *testing.T) {
 		}
 		checkIterationBounds(t, o, r)
 		for k, n := range r.PiecesPerIteration {
-			part := r.Stats[k].Config.PartitionBytes
-			if w := piecesPerWorker(o, part); n != w {
+			if w := piecesUnder(o, r.Stats[k].Config); n != w {
 				t.Errorf("%s: iteration %d: %d pieces, want %d", name, k, n, w)
 			}
 		}

@@ -364,6 +364,7 @@ func randomJob(r *rand.Rand) Options {
 		o.ServerLinkTraces = map[int][]Step{r.IntN(o.Servers): {{0, o.BandwidthBps * (0.1 + 2*r.Float64())}}}
 	}
 	o.Wire = Wire(r.IntN(2)) // drawn last: the draws above pick the same jobs as before
+	o.Sched.FusionBytes = pick(0, 0, 1000, 5_000_000)
 	return o
 }
 
