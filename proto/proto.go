@@ -4,11 +4,12 @@
 // runtime engine (package worker, over sockets) both drive, so the two
 // cannot disagree.
 //
-// It owns partitioning and admission (through package sched), the priority
-// key a piece travels with, configuration epochs and their history, the
-// placement of pieces on parameter servers (package placement, cached per
-// partitioning and compression), the countdown of a sharded piece's answers, the per-layer
-// gates and the global barrier of fifo, the leader's announcements to its
+// It owns partitioning and admission (through package sched), the fusion
+// of small tensors into units, the priority key a piece travels with,
+// configuration epochs and their history, the placement of pieces on
+// parameter servers (package placement, cached per configuration), the
+// countdown of a sharded piece's answers, the per-layer gates and the
+// global barrier of fifo, the leader's announcements to its
 // followers (of pieces, parameter servers and ring alike, and of epochs),
 // and the rule for when a tuner's proposal may apply (Schedule). On the
 // server side, ShardSum decides the order a shard's pushes are summed in
