@@ -136,6 +136,25 @@ func TestChangingConditions(t *testing.T) {
 	}
 }
 
+// TestFusionAuto: --fusion auto starts unfused and lets the autobyte tuner
+// switch fusion on where messages are costly; the configurations it
+// applied name the fusion size.
+func TestFusionAuto(t *testing.T) {
+	r := simJSON(t, "--model", "resnet50", "--workers", "8", "--servers", "4", "--bandwidth", "10Gbps", "--message-cost", "200us",
+		"--iterations", "60", "--tuner", "autobyte", "--fusion", "auto")
+	configs := r["configs"].([]any)
+	if f, ok := configs[0].(map[string]any)["fusion_bytes"]; ok {
+		t.Errorf("the run started with fusion %v, want none", f)
+	}
+	fused := false
+	for _, c := range configs {
+		fused = fused || c.(map[string]any)["fusion_bytes"] == float64(1<<20)
+	}
+	if !fused {
+		t.Errorf("the tuner never applied 1 MiB fusion: configs %v", configs)
+	}
+}
+
 func TestByteSchedulerDefaults(t *testing.T) {
 	ps := simJSON(t, "--model", "resnet50", "--workers", "2", "--iterations", "2")
 	ar := simJSON(t, "--model", "resnet50", "--workers", "2", "--arch", "allreduce", "--iterations", "2")
