@@ -555,9 +555,6 @@ func (s *Session) Report() ([]byte, error) {
 	return json.Marshal(r)
 }
 
-// Settings is what the session runs with.
-func (s *Session) Settings() Settings { return s.settings }
-
 // Post hands over tensor's gradient of iteration; the engine overwrites
 // data with the sum over all workers. The caller must keep data alive and
 // untouched until WaitLayer returns for the tensor's layer and iteration.

@@ -112,10 +112,3 @@ func (t *Tuning) Configs() []ConfigChange {
 	defer t.mu.Unlock()
 	return append([]ConfigChange(nil), t.loop.configs...)
 }
-
-// Err is the tuner's error (an invalid proposal), if any.
-func (t *Tuning) Err() error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.loop.err
-}
