@@ -123,16 +123,7 @@ func TestFusedFollowers(t *testing.T) {
 		c := newCluster(t, 3, Config{Arch: PS, Servers: 2, Tensors: ts,
 			Sched: sched.Config{PartitionBytes: 64, CreditBytes: 128, Order: sched.OrderPriority, FusionBytes: 128}}, seed)
 		for it := range 3 {
-			for r := range c.ws {
-				for _, tensor := range c.rng.Perm(len(ts)) {
-					must(t, c.ws[r].Post(tensor, it))
-					c.collect(r)
-					for c.rng.IntN(3) == 0 && c.step() {
-					}
-				}
-			}
-			for c.step() {
-			}
+			c.postIteration(it, len(ts))
 		}
 		for r, w := range c.ws {
 			if got := unitTensors(w.Units(0)); !slices.EqualFunc(got, [][]int{{0, 1}, {2}, {3, 4}}, slices.Equal) {
@@ -206,16 +197,7 @@ func TestFusionChangesWithEpochs(t *testing.T) {
 				}
 				c.collect(0)
 			}
-			for r := range c.ws {
-				for _, tensor := range c.rng.Perm(len(ts)) {
-					must(t, c.ws[r].Post(tensor, it))
-					c.collect(r)
-					for c.rng.IntN(3) == 0 && c.step() {
-					}
-				}
-			}
-			for c.step() {
-			}
+			c.postIteration(it, len(ts))
 		}
 		for r, w := range c.ws {
 			if !slices.Equal(c.starts[r], c.starts[0]) {

@@ -306,6 +306,22 @@ func (c *cluster) collect(r int) {
 	}
 }
 
+// postIteration has every rank post its n tensors of iteration it in a
+// random order, delivering random messages in between, then delivers
+// every message left.
+func (c *cluster) postIteration(it, n int) {
+	for r := range c.ws {
+		for _, tensor := range c.rng.Perm(n) {
+			must(c.t, c.ws[r].Post(tensor, it))
+			c.collect(r)
+			for c.rng.IntN(3) == 0 && c.step() {
+			}
+		}
+	}
+	for c.step() {
+	}
+}
+
 // step delivers one random message; false when none is left.
 func (c *cluster) step() bool {
 	var choices []int // -1-f: control for follower f; i >= 0: answer i
@@ -356,17 +372,7 @@ func TestFollowersStartTheLeadersOrder(t *testing.T) {
 				}
 				c.collect(0)
 			}
-			for r := range c.ws {
-				order := c.rng.Perm(len(tensors))
-				for _, tensor := range order {
-					must(t, c.ws[r].Post(tensor, it))
-					c.collect(r)
-					for c.rng.IntN(3) == 0 && c.step() {
-					}
-				}
-			}
-			for c.step() {
-			}
+			c.postIteration(it, len(tensors))
 		}
 		for r := 1; r < len(c.ws); r++ {
 			if !slices.Equal(c.starts[r], c.starts[0]) {
