@@ -761,16 +761,13 @@ func (s *simulation) result() *Result {
 		perWorker = append(perWorker, stats.Intervals(w.fwdEnds))
 	}
 	r.IterationTimesS = stats.JobIterationTimes(perWorker)
-	r.IterationTimeS = stats.SteadyState(r.IterationTimesS)
-	r.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / r.IterationTimeS
+	sum := stats.Summarize(r.IterationTimesS, o.Profile.BatchSize*o.Workers)
+	r.IterationTimeS, r.SamplesPerS, r.MeanIterationTimeS = sum.SteadyS, sum.SamplesPerS, sum.MeanS
 	r.Bounds = initialBounds(o)
 	r.LowerBoundsAt = boundsPerIteration(o)
-	var total float64
-	for k, t := range r.IterationTimesS {
-		total += t
+	for k := range r.IterationTimesS {
 		r.PiecesPerIteration = append(r.PiecesPerIteration, s.leaderPieces[k])
 	}
-	r.MeanIterationTimeS = total / float64(o.Iterations)
 	for _, c := range s.configs {
 		if c.FromIteration < o.Iterations {
 			r.Configs = append(r.Configs, c)

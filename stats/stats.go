@@ -23,6 +23,28 @@ func SteadyState(times []float64) float64 {
 	return sum / float64(len(times)-skip)
 }
 
+// Summary is what a run's iteration times say, by the rules above: the
+// steady state, the mean over the whole run (warm-up and tuning included),
+// and the samples per second the steady state gives a global batch.
+type Summary struct {
+	SteadyS, MeanS, SamplesPerS float64
+}
+
+// Summarize applies those rules to a run's iteration times, for a global
+// batch of globalBatch samples. Its fields are NaN for no iterations.
+func Summarize(times []float64, globalBatch int) Summary {
+	s := Summary{SteadyS: SteadyState(times), MeanS: math.NaN()}
+	if len(times) > 0 {
+		var total float64
+		for _, t := range times {
+			total += t
+		}
+		s.MeanS = total / float64(len(times))
+	}
+	s.SamplesPerS = float64(globalBatch) / s.SteadyS
+	return s
+}
+
 // Intervals turns the ends of K+1 forward passes into K iteration times:
 // iteration k runs from the end of forward k to the end of forward k+1
 // (backward k, its communication, and the gated forward k+1).

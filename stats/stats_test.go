@@ -27,6 +27,19 @@ func TestSteadyState(t *testing.T) {
 	}
 }
 
+func TestSummarize(t *testing.T) {
+	got := Summarize([]float64{10, 2, 2, 2, 4}, 64)
+	// Steady state drops the first fifth: (2+2+2+4)/4; the mean keeps it.
+	want := Summary{SteadyS: 2.5, MeanS: 4, SamplesPerS: 64 / 2.5}
+	if got != want {
+		t.Errorf("Summarize = %+v, want %+v", got, want)
+	}
+	empty := Summarize(nil, 64)
+	if !math.IsNaN(empty.SteadyS) || !math.IsNaN(empty.MeanS) || !math.IsNaN(empty.SamplesPerS) {
+		t.Errorf("Summarize(nil) = %+v, want NaN fields", empty)
+	}
+}
+
 func TestIntervals(t *testing.T) {
 	got := Intervals([]float64{3, 12, 21, 31})
 	want := []float64{9, 9, 10}

@@ -74,7 +74,7 @@ It takes about two minutes on 2 cores.`,
 				if err != nil {
 					return err
 				}
-				rep := newLaunchReport(f, o, spec, res)
+				rep := newLaunchReport(f, o, res)
 				// In-process shaping on loopback adds no latency of note.
 				o.LatencyS = 20e-6
 				pr, err := sim.Run(o)
@@ -160,7 +160,7 @@ func demoLoad(ctx context.Context, cmd *cobra.Command, f *scenarioFlags, l demoL
 	if err != nil {
 		return err
 	}
-	rep := newLaunchReport(*f, o, spec, res)
+	rep := newLaunchReport(*f, o, res)
 	o.LatencyS = 20e-6 // in-process shaping on loopback adds no latency of note
 	phases := []tuneeval.Phase{{From: 0, To: l.slowFrom}, {From: l.slowFrom, To: l.iterations}}
 	var best, even *sim.Result

@@ -142,7 +142,7 @@ the failed process's error.`,
 			if err != nil {
 				return err
 			}
-			rep := newLaunchReport(f, o, spec, res)
+			rep := newLaunchReport(f, o, res)
 			rep.ShapedBps = shapedRate(cmd, o)
 			rep.RateChanges = res.rateChanges
 			if asJSON {
@@ -546,76 +546,42 @@ func stopNow(sup *supervise.Supervisor) {
 
 // launchReport is the JSON contract of 'autobyte launch --json'.
 type launchReport struct {
-	Model           string    `json:"model"`
-	Arch            string    `json:"arch"`
-	Workers         int       `json:"workers"`
-	Servers         int       `json:"servers"`
-	ShapedBps       float64   `json:"shaped_bytes_per_s"`
-	ComputeScale    float64   `json:"compute_scale"`
-	Scheduler       string    `json:"scheduler"`
-	PartitionBytes  int64     `json:"partition_bytes"`
-	CreditBytes     int64     `json:"credit_bytes"`
-	Iterations      int       `json:"iterations"`
-	IterationTimeS  float64   `json:"iteration_time_s"`
-	IterationTimesS []float64 `json:"iteration_times_s"`
-	SamplesPerS     float64   `json:"samples_per_s"`
-	BytesSent       int64     `json:"bytes_sent"`
-	Verified        bool      `json:"verified"`
-	CheckedElements int64     `json:"checked_elements"`
-	WallS           float64   `json:"wall_s"`
-	// MeanIterationS is the mean of IterationTimesS over the whole run
-	// (tuning included), as autobyte sim reports it.
-	MeanIterationS float64 `json:"mean_iteration_time_s"`
-	// Tuner is rank 0's tuner; Configs the configurations it applied, each
-	// from its iteration (the first is the initial one).
-	Tuner       string     `json:"tuner,omitempty"`
-	Configs     []configAt `json:"configs"`
-	TunerEvents []string   `json:"tuner_events,omitempty"`
+	runReport
+	ShapedBps       float64 `json:"shaped_bytes_per_s"`
+	BytesSent       int64   `json:"bytes_sent"`
+	Verified        bool    `json:"verified"`
+	CheckedElements int64   `json:"checked_elements"`
+	// Tuner is rank 0's tuner; runReport.Configs the configurations it
+	// applied, each from its iteration (the first is the initial one).
+	Tuner       string   `json:"tuner,omitempty"`
+	TunerEvents []string `json:"tuner_events,omitempty"`
 	// Stats are rank 0's measured statistics per iteration.
 	Stats []tune.Stats `json:"stats,omitempty"`
 	// RateChanges are the bandwidth-trace steps put in force on the testbed.
 	RateChanges []rateChange `json:"rate_changes,omitempty"`
 }
 
-func newLaunchReport(f scenarioFlags, o sim.Options, spec job.Spec, r *launchResult) launchReport {
-	rep := launchReport{Model: o.Profile.Name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
-		ComputeScale: f.computeScale, Scheduler: f.scheduler, PartitionBytes: o.Sched.PartitionBytes,
-		CreditBytes: o.Sched.CreditBytes, Iterations: o.Iterations, WallS: r.wall.Seconds(), Verified: f.iterations > 0}
+func newLaunchReport(f scenarioFlags, o sim.Options, r *launchResult) launchReport {
+	rep := launchReport{Verified: f.iterations > 0}
 	var perWorker [][]float64
+	var changes []sim.ConfigChange
 	for _, w := range r.workers {
 		perWorker = append(perWorker, w.IterationTimesS)
-	}
-	rep.IterationTimesS = stats.JobIterationTimes(perWorker)
-	for _, w := range r.workers {
 		rep.BytesSent += w.BytesSent
 		rep.CheckedElements += w.Checked
 		rep.Verified = rep.Verified && w.Checked > 0
+		if w.Rank == 0 {
+			rep.Tuner, rep.TunerEvents, rep.Stats = w.Tuner, w.TunerEvents, w.Stats
+			changes = append(changes, w.Configs...)
+		}
 	}
 	for _, s := range r.servers {
 		rep.BytesSent += s.BytesSent
 	}
-	rep.IterationTimeS = stats.SteadyState(rep.IterationTimesS)
-	if len(rep.IterationTimesS) > 0 {
-		var total float64
-		for _, t := range rep.IterationTimesS {
-			total += t
-		}
-		rep.MeanIterationS = total / float64(len(rep.IterationTimesS))
-	}
-	rep.Configs = []configAt{}
-	var changes []sim.ConfigChange
-	for _, w := range r.workers {
-		if w.Rank != 0 {
-			continue
-		}
-		rep.Tuner, rep.TunerEvents, rep.Stats = w.Tuner, w.TunerEvents, w.Stats
-		changes = append(changes, w.Configs...)
-	}
 	if len(changes) == 0 {
 		changes = []sim.ConfigChange{{Config: o.Sched}}
 	}
-	rep.Configs = configsOf(changes)
-	rep.SamplesPerS = float64(o.Profile.BatchSize*o.Workers) / rep.IterationTimeS
+	rep.runReport = newRunReport(f, o, stats.JobIterationTimes(perWorker), changes, r.wall)
 	return rep
 }
 

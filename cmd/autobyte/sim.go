@@ -102,38 +102,54 @@ message of each host first.`,
 	return cmd
 }
 
-// simReport is the JSON contract of 'autobyte sim --json'; scripts depend on
-// its field names.
-type simReport struct {
+// runReport is what 'autobyte sim --json' and 'autobyte launch --json'
+// share: the job, its first configuration, its iteration times and the
+// configurations it ran, summarised by one rule (stats.Summarize). Scripts
+// depend on the field names.
+type runReport struct {
 	Model           string     `json:"model"`
 	Arch            string     `json:"arch"`
 	Workers         int        `json:"workers"`
 	Servers         int        `json:"servers"`
-	BandwidthBps    float64    `json:"bandwidth_bytes_per_s"`
-	LatencyS        float64    `json:"latency_s"`
-	MessageCostS    float64    `json:"message_cost_s,omitempty"`
-	Wire            string     `json:"wire"`
 	ComputeScale    float64    `json:"compute_scale"`
 	Scheduler       string     `json:"scheduler"`
-	Admission       string     `json:"admission"`
 	PartitionBytes  int64      `json:"partition_bytes"`
 	CreditBytes     int64      `json:"credit_bytes"`
 	Iterations      int        `json:"iterations"`
 	IterationTimeS  float64    `json:"iteration_time_s"`
 	IterationTimesS []float64  `json:"iteration_times_s"`
-	LowerBoundS     float64    `json:"lower_bound_s"`
-	BoundRatio      float64    `json:"achieved_over_bound"`
-	Bounds          sim.Bounds `json:"bounds"`
 	SamplesPerS     float64    `json:"samples_per_s"`
-	PiecesPerIter   int        `json:"pieces_per_iteration"`
-	GradientBytes   int64      `json:"gradient_bytes"`
-	Links           linkReport `json:"link_bytes"`
 	MeanIterationS  float64    `json:"mean_iteration_time_s"`
 	Configs         []configAt `json:"configs"`
+	WallS           float64    `json:"wall_s"`
+}
+
+func newRunReport(f scenarioFlags, o sim.Options, times []float64, configs []sim.ConfigChange, wall time.Duration) runReport {
+	sum := stats.Summarize(times, o.Profile.BatchSize*o.Workers)
+	return runReport{Model: o.Profile.Name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
+		ComputeScale: f.computeScale, Scheduler: f.scheduler,
+		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes, Iterations: o.Iterations,
+		IterationTimeS: sum.SteadyS, IterationTimesS: times, SamplesPerS: sum.SamplesPerS, MeanIterationS: sum.MeanS,
+		Configs: configsOf(configs), WallS: wall.Seconds()}
+}
+
+// simReport is the JSON contract of 'autobyte sim --json'.
+type simReport struct {
+	runReport
+	BandwidthBps  float64    `json:"bandwidth_bytes_per_s"`
+	LatencyS      float64    `json:"latency_s"`
+	MessageCostS  float64    `json:"message_cost_s,omitempty"`
+	Wire          string     `json:"wire"`
+	Admission     string     `json:"admission"`
+	LowerBoundS   float64    `json:"lower_bound_s"`
+	BoundRatio    float64    `json:"achieved_over_bound"`
+	Bounds        sim.Bounds `json:"bounds"`
+	PiecesPerIter int        `json:"pieces_per_iteration"`
+	GradientBytes int64      `json:"gradient_bytes"`
+	Links         linkReport `json:"link_bytes"`
 	// LinkTraces are the --link-trace values, as given.
 	LinkTraces       []string `json:"link_traces,omitempty"`
 	Events           int64    `json:"events"`
-	WallS            float64  `json:"wall_s"`
 	SimEventsPerWall float64  `json:"events_per_wall_s"`
 }
 
@@ -166,7 +182,6 @@ type linkReport struct {
 
 func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Duration) simReport {
 	bound := lowerBound(o, r)
-	name := o.Profile.Name
 	maxOf := func(xs []int64) int64 {
 		if len(xs) == 0 {
 			return 0
@@ -180,21 +195,18 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 		}
 	}
 	return simReport{
-		Model: name, Arch: o.Arch.String(), Workers: o.Workers, Servers: o.Servers,
-		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, Wire: o.Wire.String(), ComputeScale: f.computeScale,
-		Scheduler: f.scheduler, Admission: o.Sched.Admission.String(),
-		PartitionBytes: o.Sched.PartitionBytes, CreditBytes: o.Sched.CreditBytes,
-		Iterations: o.Iterations, IterationTimeS: r.IterationTimeS, IterationTimesS: r.IterationTimesS,
+		runReport:    newRunReport(f, o, r.IterationTimesS, r.Configs, wall),
+		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, Wire: o.Wire.String(),
+		Admission:   o.Sched.Admission.String(),
 		LowerBoundS: bound, BoundRatio: r.IterationTimeS / bound, Bounds: r.Bounds,
-		SamplesPerS: r.SamplesPerS, PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
+		PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
 		Links: linkReport{
 			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),
 			ServerEgressMax: maxOf(r.Links.ServerEgress), ServerIngressMax: maxOf(r.Links.ServerIngress),
 			Total: total,
 		},
 		LinkTraces: f.linkTraces,
-		Events:     r.Events, WallS: wall.Seconds(), SimEventsPerWall: float64(r.Events) / wall.Seconds(),
-		MeanIterationS: r.MeanIterationTimeS, Configs: configsOf(r.Configs),
+		Events:     r.Events, SimEventsPerWall: float64(r.Events) / wall.Seconds(),
 	}
 }
 
