@@ -61,39 +61,21 @@ def profile_model(vocab=30522, dim=768, layers=12, heads=12, seq=128, batch=2):
 
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, default=30522)
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--heads", type=int, default=12)
+    torch_common.transformer_flags(p, vocab=30522, dim=768, layers=12, heads=12, seq=128, batch=2, dropout_of="BERT",
+                                   seq_help="tokens per sequence (BERT: at most 512)")
     p.add_argument("--ffn", type=int, default=0, help="feed-forward width (default: 4 x --dim)")
-    p.add_argument("--seq", type=int, default=128, help="tokens per sequence (BERT: at most 512)")
-    p.add_argument("--dropout", type=float, default=0.0,
-                   help="BERT's dropouts (its own default is 0.1; 0 keeps runs of different backends comparable)")
-    p.set_defaults(batch=2)
     args = p.parse_args()
-    torch_common.check(args)
     args.ffn = args.ffn or 4 * args.dim
-    for name in ("dim", "layers", "heads", "ffn", "seq"):
-        if getattr(args, name) < 1:
-            p.error("--%s must be >= 1, got %d" % (name, getattr(args, name)))
+    torch_common.check_transformer(p, args, extra=("ffn",))
     if args.vocab < 3:
         p.error("--vocab must be >= 3 (tokens %d and %d pad and mask), got %d" % (PAD, MASK, args.vocab))
-    if args.dim % args.heads:
-        p.error("--dim %d must be a multiple of --heads %d" % (args.dim, args.heads))
-    if not 0 <= args.dropout < 1:
-        p.error("--dropout must be in [0, 1), got %g" % args.dropout)
     torch.manual_seed(args.seed)
     model = bert(args.vocab, args.dim, args.layers, args.heads, args.ffn, args.seq, args.dropout)
 
     def batch(gen):
-        # Tokens 2..vocab-1 follow a noisy "next = previous + 1" rule, so a
-        # masked token can be inferred from its neighbours.
-        n = args.vocab - 2
-        start = torch.randint(0, n, (args.batch, 1), generator=gen)
-        noise = (torch.rand(args.batch, args.seq, generator=gen) < 0.1).long() * torch.randint(
-            0, n, (args.batch, args.seq), generator=gen)
-        tokens = 2 + (start + torch.arange(args.seq).unsqueeze(0) + noise) % n
-        return masked(tokens, gen)
+        # Tokens 2..vocab-1 (0 and 1 pad and mask), so a masked token can be
+        # inferred from its neighbours.
+        return masked(2 + torch_common.noisy_counting(gen, args.batch, args.seq, args.vocab - 2), gen)
 
     torch_common.train(args, model, batch, mlm_loss)
 

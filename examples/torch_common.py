@@ -44,6 +44,43 @@ def parser(description):
     return p
 
 
+def transformer_flags(p, vocab, dim, layers, heads, seq, batch, dropout_of=None, seq_help=None):
+    """Adds the shape flags the transformer examples share, with the model's
+    defaults; --dropout only for a model (named dropout_of) that has its own."""
+    p.add_argument("--vocab", type=int, default=vocab)
+    p.add_argument("--dim", type=int, default=dim)
+    p.add_argument("--layers", type=int, default=layers)
+    p.add_argument("--heads", type=int, default=heads)
+    p.add_argument("--seq", type=int, default=seq, help=seq_help or "tokens per sequence")
+    if dropout_of:
+        p.add_argument("--dropout", type=float, default=0.0,
+                       help="%s's dropouts (its own default is 0.1; 0 keeps runs of different backends comparable)" % dropout_of)
+    p.set_defaults(batch=batch)
+
+
+def check_transformer(p, args, extra=()):
+    """Refuses shapes no transformer has, naming the flag and its value:
+    the common checks plus --vocab, --dim, --layers, --heads, --seq and the
+    flags in extra >= 1, --dim a multiple of --heads, --dropout in [0, 1)."""
+    check(args)
+    for name in ("vocab", "dim", "layers", "heads", "seq") + tuple(extra):
+        if getattr(args, name) < 1:
+            p.error("--%s must be >= 1, got %d" % (name, getattr(args, name)))
+    if args.dim % args.heads:
+        p.error("--dim %d must be a multiple of --heads %d" % (args.dim, args.heads))
+    if not 0 <= getattr(args, "dropout", 0) < 1:
+        p.error("--dropout must be in [0, 1), got %g" % args.dropout)
+
+
+def noisy_counting(gen, batch, length, n):
+    """A batch of token sequences in [0, n) that follow a noisy "next =
+    previous + 1" rule (one token in ten replaced at random), so there is
+    something to learn."""
+    start = torch.randint(0, n, (batch, 1), generator=gen)
+    noise = (torch.rand(batch, length, generator=gen) < 0.1).long() * torch.randint(0, n, (batch, length), generator=gen)
+    return (start + torch.arange(length).unsqueeze(0) + noise) % n
+
+
 def compile_model(args, model):
     return torch.compile(model, backend=args.compile_backend)
 

@@ -46,34 +46,15 @@ def profile_model(vocab=50257, dim=768, layers=12, heads=12, seq=128, batch=2):
 
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, default=50257)
-    p.add_argument("--dim", type=int, default=768)
-    p.add_argument("--layers", type=int, default=12)
-    p.add_argument("--heads", type=int, default=12)
-    p.add_argument("--seq", type=int, default=128, help="tokens per sequence (GPT-2: at most 1024)")
-    p.add_argument("--dropout", type=float, default=0.0,
-                   help="GPT-2's dropouts (its own default is 0.1; 0 keeps runs of different backends comparable)")
-    p.set_defaults(batch=2)
+    torch_common.transformer_flags(p, vocab=50257, dim=768, layers=12, heads=12, seq=128, batch=2, dropout_of="GPT-2",
+                                   seq_help="tokens per sequence (GPT-2: at most 1024)")
     args = p.parse_args()
-    torch_common.check(args)
-    for name in ("vocab", "dim", "layers", "heads", "seq"):
-        if getattr(args, name) < 1:
-            p.error("--%s must be >= 1, got %d" % (name, getattr(args, name)))
-    if args.dim % args.heads:
-        p.error("--dim %d must be a multiple of --heads %d" % (args.dim, args.heads))
-    if not 0 <= args.dropout < 1:
-        p.error("--dropout must be in [0, 1), got %g" % args.dropout)
+    torch_common.check_transformer(p, args)
     torch.manual_seed(args.seed)
     model = gpt2(args.vocab, args.dim, args.layers, args.heads, args.seq, args.dropout)
 
     def batch(gen):
-        # Tokens follow a noisy "next = previous + 1" rule, so there is
-        # something to learn.
-        start = torch.randint(0, args.vocab, (args.batch, 1), generator=gen)
-        steps = torch.arange(args.seq + 1).unsqueeze(0)
-        noise = (torch.rand(args.batch, args.seq + 1, generator=gen) < 0.1).long() * torch.randint(
-            0, args.vocab, (args.batch, args.seq + 1), generator=gen)
-        seq = (start + steps + noise) % args.vocab
+        seq = torch_common.noisy_counting(gen, args.batch, args.seq + 1, args.vocab)
         return seq[:, :-1], seq[:, 1:]
 
     torch_common.train(args, model, batch, lm_loss)

@@ -46,30 +46,14 @@ def profile_model(vocab=4000, dim=256, layers=2, heads=4, seq=32, batch=8):
 
 def main():
     p = torch_common.parser(__doc__.splitlines()[0])
-    p.add_argument("--vocab", type=int, default=4000)
-    p.add_argument("--dim", type=int, default=256)
-    p.add_argument("--layers", type=int, default=2)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--seq", type=int, default=32)
-    p.set_defaults(batch=8)
+    torch_common.transformer_flags(p, vocab=4000, dim=256, layers=2, heads=4, seq=32, batch=8)
     args = p.parse_args()
-    torch_common.check(args)
-    for name in ("vocab", "dim", "layers", "heads", "seq"):
-        if getattr(args, name) < 1:
-            p.error("--%s must be >= 1" % name)
-    if args.dim % args.heads:
-        p.error("--dim %d must be a multiple of --heads %d" % (args.dim, args.heads))
+    torch_common.check_transformer(p, args)
     torch.manual_seed(args.seed)
     model = LM(args.vocab, args.dim, args.layers, args.heads, args.seq)
 
     def batch(gen):
-        # Tokens follow a noisy "next = previous + 1" rule, so there is
-        # something to learn.
-        start = torch.randint(0, args.vocab, (args.batch, 1), generator=gen)
-        steps = torch.arange(args.seq + 1).unsqueeze(0)
-        noise = (torch.rand(args.batch, args.seq + 1, generator=gen) < 0.1).long() * torch.randint(
-            0, args.vocab, (args.batch, args.seq + 1), generator=gen)
-        seq = (start + steps + noise) % args.vocab
+        seq = torch_common.noisy_counting(gen, args.batch, args.seq + 1, args.vocab)
         return seq[:, :-1], seq[:, 1:]
 
     def loss(logits, target):
