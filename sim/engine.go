@@ -121,3 +121,31 @@ type ringPiece struct {
 }
 
 func (a ringPiece) before(b ringPiece) bool { return a.urgency.before(b.urgency) }
+
+// slab keeps values in reusable numbered slots, so that an event can name
+// one by a small index and the slots of finished ones are used again.
+type slab[T any] struct {
+	items []T
+	free  []int32
+}
+
+// put stores v in a free slot (or a new one) and returns its index.
+func (s *slab[T]) put(v T) int32 {
+	if n := len(s.free); n > 0 {
+		id := s.free[n-1]
+		s.free = s.free[:n-1]
+		s.items[id] = v
+		return id
+	}
+	s.items = append(s.items, v)
+	return int32(len(s.items) - 1)
+}
+
+// at is the value in slot id, in place.
+func (s *slab[T]) at(id int32) *T { return &s.items[id] }
+
+// take returns the value in slot id and frees the slot.
+func (s *slab[T]) take(id int32) T {
+	s.free = append(s.free, id)
+	return s.items[id]
+}

@@ -285,8 +285,7 @@ type simulation struct {
 	bwdS    []float64
 	workers []*worker
 	hosts   []host // workers first, then servers
-	msgs    []message
-	free    []int32
+	msgs    slab[message]
 	msgSeq  uint64
 	wire    flows // WireConnections only
 	// ctl are the leader's announcements (pieces and epochs) on their way
@@ -300,8 +299,7 @@ type simulation struct {
 	ringReady  minHeap[ringPiece]
 	ringSeq    uint64
 	ringBusy   bool
-	ringSlots  []sched.Piece
-	ringFree   []int32
+	ringSlots  slab[sched.Piece] // pieces on the ring, named by their ring-done events
 	ringBytes  float64 // bytes each worker sent (and received) on the ring
 	events     int64
 	err        error
@@ -588,17 +586,9 @@ func (s *simulation) check(err error) {
 // ---- the wire and parameter servers ----
 
 func (s *simulation) send(m message) {
-	var id int32
 	s.msgSeq++
 	m.seq = s.msgSeq
-	if n := len(s.free); n > 0 {
-		id = s.free[n-1]
-		s.free = s.free[:n-1]
-		s.msgs[id] = m
-	} else {
-		id = int32(len(s.msgs))
-		s.msgs = append(s.msgs, m)
-	}
+	id := s.msgs.put(m)
 	if s.o.Wire == WireConnections {
 		s.connSend(id)
 		return
@@ -632,7 +622,7 @@ func (s *simulation) sendNext(src int32) {
 		return
 	}
 	id := h.queue.pop().id
-	m := &s.msgs[id]
+	m := s.msgs.at(id)
 	d := &s.hosts[m.dst]
 	k := m.piece.Iteration
 	start := s.now + s.o.MessageCostS // the first byte leaves (s.now when 0)
@@ -649,8 +639,7 @@ func (s *simulation) sendNext(src int32) {
 }
 
 func (s *simulation) deliver(id int32) {
-	m := s.msgs[id]
-	s.free = append(s.free, id)
+	m := s.msgs.take(id)
 	p := m.piece
 	if m.push {
 		// A server sums what it receives by (epoch, key): pieces of
@@ -728,23 +717,14 @@ func (s *simulation) ringNext() {
 	// busy 2(N-1)·MessageCostS longer per piece (+0 when it is 0).
 	occupy := share/s.o.slowestWorkerAt(p.Iteration) + 2*(n-1)*s.o.MessageCostS
 	done := s.now + occupy + 2*(n-1)*s.o.LatencyS
-	var slot int32
-	if k := len(s.ringFree); k > 0 {
-		slot = s.ringFree[k-1]
-		s.ringFree = s.ringFree[:k-1]
-		s.ringSlots[slot] = p
-	} else {
-		slot = int32(len(s.ringSlots))
-		s.ringSlots = append(s.ringSlots, p)
-	}
+	slot := s.ringSlots.put(p)
 	s.ringBusy = true
 	s.q.push(s.now+occupy, evRingFree, 0)
 	s.q.push(done, evRingDone, slot)
 }
 
 func (s *simulation) ringDone(slot int32) {
-	p := s.ringSlots[slot]
-	s.ringFree = append(s.ringFree, slot)
+	p := s.ringSlots.take(slot)
 	for _, w := range s.workers {
 		s.check(w.m.RingDone(p.PieceID))
 		s.drain(w)

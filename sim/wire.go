@@ -77,7 +77,7 @@ type flows struct {
 // connSend queues message id on its connection and starts it if the
 // connection is idle.
 func (s *simulation) connSend(id int32) {
-	m := &s.msgs[id]
+	m := s.msgs.at(id)
 	if s.wire.conns == nil {
 		s.wire.conns = map[[2]int32]*connection{}
 	}
@@ -101,7 +101,7 @@ func (s *simulation) connNext(c *connection) {
 		return
 	}
 	id := c.queue.pop().id
-	m := &s.msgs[id]
+	m := s.msgs.at(id)
 	c.busy = true
 	s.hosts[m.src].egressBytes += m.bytes
 	s.hosts[m.dst].ingressByte += m.bytes
@@ -114,7 +114,7 @@ func (s *simulation) connNext(c *connection) {
 
 // flowStart puts a message's bytes on the wire once its cost is paid.
 func (s *simulation) flowStart(id int32) {
-	s.wire.active = append(s.wire.active, flow{msg: id, left: float64(s.msgs[id].bytes)})
+	s.wire.active = append(s.wire.active, flow{msg: id, left: float64(s.msgs.at(id).bytes)})
 	s.reshare()
 }
 
@@ -130,7 +130,7 @@ func (s *simulation) flowCheck(version int32) {
 	for _, f := range s.wire.active {
 		// Rounding leaves a few ulps of the message's bytes, or a rest
 		// too small to move the clock.
-		if f.left <= 1e-9*float64(s.msgs[f.msg].bytes) || s.now+f.left/f.rate <= s.now {
+		if f.left <= 1e-9*float64(s.msgs.at(f.msg).bytes) || s.now+f.left/f.rate <= s.now {
 			done = append(done, f.msg)
 		} else {
 			kept = append(kept, f)
@@ -138,7 +138,7 @@ func (s *simulation) flowCheck(version int32) {
 	}
 	s.wire.active = kept
 	for _, id := range done {
-		m := &s.msgs[id]
+		m := s.msgs.at(id)
 		s.q.push(s.now+s.hosts[m.src].lat+s.hosts[m.dst].lat, evDeliver, id)
 		c := s.wire.conns[[2]int32{m.src, m.dst}]
 		c.busy = false
@@ -178,7 +178,7 @@ func (s *simulation) reshare() {
 	}
 	w.links = w.links[:0]
 	for _, f := range w.active {
-		m := &s.msgs[f.msg]
+		m := s.msgs.at(f.msg)
 		k := m.piece.Iteration
 		for _, l := range [2]int32{2 * m.src, 2*m.dst + 1} {
 			rate := s.o.hostRateAt(int(l/2), k)
@@ -199,7 +199,7 @@ func (s *simulation) reshare() {
 			}
 		}
 		for i := range w.active {
-			m := &s.msgs[w.active[i].msg]
+			m := s.msgs.at(w.active[i].msg)
 			e, in := 2*m.src, 2*m.dst+1
 			if w.fixed[i] || (e != bottleneck && in != bottleneck) {
 				continue
