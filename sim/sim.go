@@ -300,7 +300,7 @@ type simulation struct {
 	ringSeq    uint64
 	ringBusy   bool
 	ringSlots  slab[sched.Piece] // pieces on the ring, named by their ring-done events
-	ringBytes  float64 // bytes each worker sent (and received) on the ring
+	ringBytes  float64           // bytes each worker sent (and received) on the ring
 	events     int64
 	err        error
 	// measurements and reconfiguration (tuning.go): the leader's
