@@ -194,11 +194,12 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 			total += x
 		}
 	}
+	run := newRunReport(f, o, r.IterationTimesS, r.Configs, wall)
 	return simReport{
-		runReport:    newRunReport(f, o, r.IterationTimesS, r.Configs, wall),
+		runReport:    run,
 		BandwidthBps: o.BandwidthBps, LatencyS: o.LatencyS, MessageCostS: o.MessageCostS, Wire: o.Wire.String(),
 		Admission:   o.Sched.Admission.String(),
-		LowerBoundS: bound, BoundRatio: r.IterationTimeS / bound, Bounds: r.Bounds,
+		LowerBoundS: bound, BoundRatio: run.IterationTimeS / bound, Bounds: r.Bounds,
 		PiecesPerIter: r.Pieces, GradientBytes: o.Profile.TotalBytes(),
 		Links: linkReport{
 			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),
