@@ -604,33 +604,40 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	n := len(s.ServerResponseS)
 	window := a.window
-	if s.Config != a.current {
-		window = a.lastWindow // a proposal is not in force yet
+	if s.Config != a.current || len(window) == 0 {
+		// A proposal is not in force yet, or this is the first iteration
+		// under it (or of a fresh measurement): compare with the window
+		// before it, so that a server that changes now is not charged to
+		// new weights.
+		window = a.lastWindow
 	}
 	if n < 2 || len(window) == 0 {
 		return "", false
 	}
 	before := make([]float64, n)
 	for _, w := range window {
-		if w.Config != s.Config || len(w.ServerResponseS) != n {
+		if w.Config != window[0].Config || len(w.ServerResponseS) != n {
 			return "", false
 		}
 		for i, r := range w.ServerResponseS {
 			before[i] += r / float64(len(window))
 		}
 	}
+	comparable := comparableServers(window[0].Config, s.Config, n)
+	if len(comparable) < 2 {
+		return "", false
+	}
 	ratios := make([]float64, n)
-	for i, r := range s.ServerResponseS {
+	for _, i := range comparable {
+		r := s.ServerResponseS[i]
 		if !(before[i] > 0) || !(r > 0) {
 			return "", false
 		}
 		ratios[i] = r / before[i]
 	}
-	order := make([]int, n) // servers by ratio
-	for i := range order {
-		order[i] = i
-	}
+	order := slices.Clone(comparable) // servers by ratio
 	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(ratios[i], ratios[j]) })
+	n = len(order)
 	sorted := make([]float64, n)
 	for k, i := range order {
 		sorted[k] = ratios[i]
@@ -649,6 +656,39 @@ func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	}
 	return fmt.Sprintf("server %d's response time %.3gx", i, ratios[i]), true
 }
+
+// comparableServers are the servers (of n) whose response times under
+// configuration now can be compared with those under before: all of them
+// when the two are equal; when only the server weights differ, those
+// whose share did not shrink by more than shareShrinkTolerance (a server
+// given less load answers faster for that alone, which is no news about
+// its link, while one given more or about as much that answers twice as
+// slowly has slowed); none when anything else differs, since partition,
+// credit and fusion move every server's response time.
+func comparableServers(before, now sched.Config, n int) []int {
+	all := make([]int, n)
+	for i := range all {
+		all[i] = i
+	}
+	if before == now {
+		return all
+	}
+	b, c := before, now
+	b.ServerWeights, c.ServerWeights = sched.ServerWeights{}, sched.ServerWeights{}
+	if b != c {
+		return nil
+	}
+	was, err1 := before.ServerWeights.Shares(n)
+	is, err2 := now.ServerWeights.Shares(n)
+	if err1 != nil || err2 != nil {
+		return nil
+	}
+	return slices.DeleteFunc(all, func(i int) bool { return is[i] < was[i]*(1-shareShrinkTolerance) })
+}
+
+// shareShrinkTolerance is how much smaller a server's share may become
+// and its response times still be compared across the change of weights.
+const shareShrinkTolerance = 0.1
 
 // bestMeasured is the index in a.measured of the verification's best
 // configuration so far: the one in force before it (0) unless another

@@ -532,6 +532,41 @@ func TestAutoByteFollowsAtOnce(t *testing.T) {
 	}
 }
 
+// TestAutoByteFollowsSecondServerAtOnce: server 1 slows at 40 and server
+// 2 at 42, the first iteration under the weights that moved load off
+// server 1. Server 2 has no window of its own under those weights, so it
+// is compared across the change of weights with the window before it
+// (server 1, whose share shrank, is left out of the comparison): its load
+// must be off from 42+Lead, not charged to the new weights (which a
+// rebalance trial reverts as slower). Without response times the tuner
+// waits for windows: the negative control that the check can fail.
+func TestAutoByteFollowsSecondServerAtOnce(t *testing.T) {
+	const first, second = 40, 40 + tune.Lead
+	rateAt := func(srv, k int) float64 {
+		if (srv == 1 && k >= first) || (srv == 2 && k >= second) {
+			return 31e6
+		}
+		return 125e6
+	}
+	run := func(responses bool) ([][]float64, *tune.AutoByte) {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return syntheticServers(t, a, 70, rateAt, responses), a
+	}
+	bothOff := func(sh []float64) bool { return sh[1] < 0.5*sh[0] && sh[2] < 0.5*sh[0] }
+	shares, a := run(true)
+	for k := second + tune.Lead; k < len(shares); k++ {
+		if !bothOff(shares[k]) {
+			t.Fatalf("iteration %d, server 1 slow since %d and server 2 since %d: shares %.3f, want both servers' load moved off (events %v)", k, first, second, shares[k], a.Events())
+		}
+	}
+	if shares, a = run(false); bothOff(shares[second+tune.Lead]) {
+		t.Errorf("without response times, iteration %d: shares %.3f, want server 2 not followed yet (events %v)", second+tune.Lead, shares[second+tune.Lead], a.Events())
+	}
+}
+
 // TestAutoByteServerRatesOffThePace drives the tuner with syntheticServers
 // (the testbed's job: server 1's link at a quarter from iteration 40 to
 // 80), with and without response times. The tuner must move load off
