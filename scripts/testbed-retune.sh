@@ -48,31 +48,8 @@ for r in $(seq 1 "$repeats"); do
     fi
     f="$out/$tag-$r.json"
     $ab launch --testbed $bed "${job[@]}" "${flags[@]}" --json > "$f" 2> "$out/$tag-$r.err"
-    python3 - "$f" "$run" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-cf = "; ".join("%d:%g/%g MB" % (c["from_iteration"], c["partition_bytes"]/1e6, c["credit_bytes"]/1e6) for c in d["configs"])
-print("run %-10s mean %.3f s  verified %s  configs %s" % (sys.argv[2], d["mean_iteration_time_s"], d["verified"], cf))
-EOF
+    scripts/testbed_summary.py run "$f" "$run"
   done
 done
 
-python3 - "$out" "$repeats" "${runs[@]}" <<'EOF'
-import json, statistics, sys
-out, repeats, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-def tag(r): return r.replace(":", "-")
-res = {}
-for r in runs:
-    ds = [json.load(open("%s/%s-%d.json" % (out, tag(r), i))) for i in range(1, repeats + 1)]
-    res[r] = (statistics.median(d["mean_iteration_time_s"] for d in ds), all(d["verified"] for d in ds),
-              [d["mean_iteration_time_s"] for d in ds])
-statics = [r for r in runs if r != "autobyte"]
-best = min(statics, key=lambda r: res[r][0])
-print("\n| run | mean iteration (median of %d) | vs best static measured | verified | runs |" % repeats)
-print("|---|---:|---:|---|---|")
-for r in runs:
-    m, v, all_ = res[r]
-    name = r if r == "autobyte" else "static " + r.replace(":", " / ")
-    print("| %s | %.3f s | %+.1f%% | %s | %s |" % (name, m, 100 * (m / res[best][0] - 1), v, ", ".join("%.3f" % x for x in all_)))
-print("\nbest static measured: %s" % best)
-EOF
+scripts/testbed_summary.py table "$out" "$repeats" "${runs[@]}"

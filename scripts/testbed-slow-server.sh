@@ -76,36 +76,8 @@ for r in $(seq 1 "$repeats"); do
     fi
     # shellcheck disable=SC2046
     $ab launch --testbed $bed "${job[@]}" $(flags_of "$run") --json > "$f" 2> "$out/$(tag_of "$run")-$r.err"
-    python3 - "$f" "$run" <<'EOF'
-import json, sys
-d = json.load(open(sys.argv[1]))
-cf = "; ".join("%d:%s" % (c["from_iteration"], ":".join(map(str, c.get("server_weights") or [])) or "even") for c in d["configs"])
-print("run %-32s mean %.3f s  verified %s  weights %s" % (sys.argv[2], d["mean_iteration_time_s"], d["verified"], cf))
-EOF
+    scripts/testbed_summary.py run "$f" "$run"
   done
 done
 
-python3 - "$out" "$repeats" "${runs[@]}" <<'EOF'
-import json, statistics, sys
-out, repeats, runs = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-def tag(r): return r.replace(":", "-")
-res = {}
-for r in runs:
-    ds = [json.load(open("%s/%s-%d.json" % (out, tag(r), i))) for i in range(1, repeats + 1)]
-    sim = json.load(open("%s/%s-sim.json" % (out, tag(r))))
-    m = statistics.median(d["mean_iteration_time_s"] for d in ds)
-    res[r] = (m, all(d["verified"] for d in ds), [d["mean_iteration_time_s"] for d in ds], sim["mean_iteration_time_s"])
-statics = [r for r in runs if r != "autobyte"]
-best = min(statics, key=lambda r: res[r][0])
-print("\n| run | mean iteration (median of %d) | vs best static measured | simulated | measured vs simulated | verified | runs |" % repeats)
-print("|---|---:|---:|---:|---:|---|---|")
-for r in runs:
-    m, v, all_, s = res[r]
-    if r == "autobyte":
-        name = "autobyte"
-    else:
-        p, c, w = r.split(":", 2)
-        name = "static %.3g MB / %.4g MB, weights %s" % (int(p) / 1e6, int(c) / 1e6, w)
-    print("| %s | %.3f s | %+.1f%% | %.3f s | %+.1f%% | %s | %s |" % (name, m, 100 * (m / res[best][0] - 1), s, 100 * (m / s - 1), v, ", ".join("%.3f" % x for x in all_)))
-print("\nbest static measured: %s" % best)
-EOF
+scripts/testbed_summary.py table "$out" "$repeats" --sim "${runs[@]}"
