@@ -141,7 +141,10 @@ type AutoByteEvent struct {
 	// "measured" (it was
 	// measured). A verification ends with "keep" (Config, the best measured
 	// candidate, is in force) or "revert" (the configuration in force before
-	// it measured best and is restored).
+	// it measured best and is restored). "recheck" restores the
+	// configuration a kept candidate replaced, when the candidate's first
+	// full window after the keep measures slower than that one did (see
+	// AutoByte.recheck).
 	Kind   string
 	Config sched.Config
 	// PredictedGain is 1 - predicted time of the best / predicted time of
@@ -171,7 +174,7 @@ func (e AutoByteEvent) String() string {
 		if e.Detail != "" {
 			s += " (" + e.Detail + ")"
 		}
-	case "keep", "revert", "measured":
+	case "keep", "revert", "measured", "recheck":
 		s += fmt.Sprintf(" %s, measured %s (before %s)", e.Config.Knobs(), units.FormatSeconds(e.MeasuredS), units.FormatSeconds(e.PreviousS))
 	}
 	return s
@@ -261,7 +264,27 @@ type AutoByte struct {
 	// last proposal, which followNow compares iterations with until the
 	// proposal takes effect.
 	lastWindow []Stats
+	// recheck is the second look at the last kept candidate (nil: none due).
+	recheck *recheck
 }
+
+// recheck is a kept candidate's second look. A candidate is judged on its
+// first iterations, and queues that build up over several iterations (a
+// larger credit under a slow server) can make those faster than the ones
+// that follow: so the first full window after the keep, measured from
+// iteration from on, must not be slower than what the candidate replaced
+// (replacedS, under config replaced) beyond the noise and recheckTolerance,
+// or replaced comes back.
+type recheck struct {
+	kept, replaced sched.Config
+	replacedS      float64
+	from           int
+}
+
+// recheckTolerance is how much slower than what it replaced a kept
+// candidate may measure on its second look and stay: less would undo keeps
+// for the wobble of one iteration in three.
+const recheckTolerance = 0.01
 
 // measuredConfig is one configuration measured during a verification.
 type measuredConfig struct {
@@ -393,6 +416,7 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 		clear(a.tabu)
 		clear(a.fusionTabu)
 		a.trying, a.rebalancing, a.rebalanceReverts = false, false, 0
+		a.recheck = nil // judged under other conditions
 		// The servers' rates are kept: a server that changed shows it when
 		// it next sets the pace (or runs faster than remembered).
 		a.verifying, a.queue, a.measured = false, a.queue[:0], a.measured[:0]
@@ -455,6 +479,9 @@ func (a *AutoByte) Observe(s Stats) (Proposal, bool) {
 	// for the configuration's doing).
 	if c, gain, rates, raised, ok := a.rebalanced(st, a.current); ok {
 		return a.rebalance(it, c, gain, rates, raised, st), true
+	}
+	if p, ok := a.secondLook(it, n); ok {
+		return p, true
 	}
 	if it < a.nextSearch {
 		return Proposal{}, false
@@ -520,6 +547,8 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	if st.IterationTimeS <= limit {
 		if a.rebalancing {
 			a.rebalanceReverts = 0
+		} else if !a.givingBack {
+			a.recheck = &recheck{kept: a.current, replaced: a.prev, replacedS: a.prevS, from: it + 1}
 		}
 		ev.Kind = "keep"
 		a.events = append(a.events, ev)
@@ -542,6 +571,39 @@ func (a *AutoByte) judge(it int, st Stats) (Proposal, bool) {
 	a.rebalancing = false
 	a.nextSearch = it + a.o.Every
 	return a.propose(it, a.prev), true
+}
+
+// secondLook restores the configuration the last kept candidate replaced
+// if the candidate's first n iterations since the keep (see recheck) are
+// slower than it; it drops the recheck once it has looked, or once another
+// configuration is in force.
+func (a *AutoByte) secondLook(it, n int) (Proposal, bool) {
+	r := a.recheck
+	if r == nil {
+		return Proposal{}, false
+	}
+	if a.current != r.kept {
+		a.recheck = nil
+		return Proposal{}, false
+	}
+	var since []Stats
+	for _, w := range a.window {
+		if w.Iteration >= r.from && w.Config == r.kept {
+			since = append(since, w)
+		}
+	}
+	if len(since) < n {
+		return Proposal{}, false
+	}
+	a.recheck = nil
+	t := MeanStats(since[len(since)-n:]).IterationTimeS
+	if !(r.replacedS > 0) || math.Log(t/r.replacedS) <= a.noiseGap(n)+math.Log1p(recheckTolerance) {
+		return Proposal{}, false
+	}
+	a.events = append(a.events, AutoByteEvent{Iteration: it, Kind: "recheck", Config: r.replaced, MeasuredS: t, PreviousS: r.replacedS})
+	a.tabu[r.kept] = true
+	a.nextSearch = it + a.o.Every
+	return a.propose(it, r.replaced), true
 }
 
 // fastRebalanceGain is the predicted gain from one iteration's statistics
@@ -1151,10 +1213,17 @@ func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
 	}
 	a.events = append(a.events, ev)
 	a.nextSearch = it + a.o.Every
+	if best != 0 {
+		a.recheck = &recheck{kept: b.cfg, replaced: base.cfg, replacedS: base.st.IterationTimeS, from: it + 1}
+	}
 	if b.cfg == a.current {
 		return Proposal{}, false
 	}
-	return a.propose(it, b.cfg), true
+	p := a.propose(it, b.cfg)
+	if a.recheck != nil {
+		a.recheck.from = a.measureFrom
+	}
+	return p, true
 }
 
 // propose puts c in force from the earliest allowed iteration and starts

@@ -206,6 +206,54 @@ func TestAutoByteReverts(t *testing.T) {
 	}
 }
 
+// TestAutoByteSecondLook: a candidate whose first iterations are faster
+// than the ones that follow (queues that take a few iterations to fill) is
+// kept by its verification, and its first full window after the keep,
+// slower than the configuration it replaced, brings that one back. The
+// negative control keeps the candidate as fast as its first iterations:
+// then it stays, so the check can fail.
+func TestAutoByteSecondLook(t *testing.T) {
+	initial := sched.Config{PartitionBytes: 64 << 20, CreditBytes: 64 << 20, Order: sched.OrderPriority}
+	for _, settlesSlower := range []bool{true, false} {
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Meta: linearMeta(), Partitions: []int64{1 << 20, 4 << 20, 16 << 20},
+			Credits: []int64{64 << 20}, FineTuneSteps: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var last sched.Config
+		age := 0 // iterations the configuration in force has been in force
+		inForce, _ := driveJob(t, a, initial, 80, func(k int, c sched.Config) tune.Stats {
+			if c != last {
+				last, age = c, 0
+			}
+			age++
+			time := 1.5
+			switch {
+			case c == initial:
+				time = 1.0
+			case c.PartitionBytes == 16<<20:
+				time = 0.97
+				if settlesSlower && age > 4 {
+					time = 1.03 // too little for the change detector
+				}
+			}
+			return tune.Stats{Iteration: k, IterationTimeS: time, ForwardS: 0.2, BackwardS: 0.4, BandwidthBps: 1e9, Config: c,
+				ModelBytes: 100 << 20, Tensors: 100, SizeSkew: 5, Workers: 4, Servers: 4, Arch: "ps"}
+		})
+		kinds := eventKinds(a)
+		if !strings.Contains(kinds, "measured keep") {
+			t.Fatalf("slower later %v: events %v, want a verification that keeps the 16 MB partition", settlesSlower, a.Events())
+		}
+		end := inForce[len(inForce)-1]
+		switch {
+		case settlesSlower && (end != initial || !strings.Contains(kinds, "recheck")):
+			t.Errorf("16 MB slower after its first iterations: in force at the end %v, want the initial %v back through a recheck (events %v)", end.Knobs(), initial.Knobs(), a.Events())
+		case !settlesSlower && (end.PartitionBytes != 16<<20 || strings.Contains(kinds, "recheck")):
+			t.Errorf("16 MB as fast as its first iterations: in force at the end %v, want it kept (events %v)", end.Knobs(), a.Events())
+		}
+	}
+}
+
 // TestAutoByteTopK: the network ranks smaller partitions first, but the
 // true best (4 MB) is its second choice and its first (1 MB) is the
 // slowest. Top-3 verification measures 1, 4 and 16 MB and ends on 4 MB,
