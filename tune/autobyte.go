@@ -699,7 +699,7 @@ func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	}
 	order := slices.Clone(comparable) // servers by ratio
 	slices.SortFunc(order, func(i, j int) int { return cmp.Compare(ratios[i], ratios[j]) })
-	n = len(order)
+	n = len(order) // from here on, the servers compared
 	sorted := make([]float64, n)
 	for k, i := range order {
 		sorted[k] = ratios[i]
@@ -1213,17 +1213,15 @@ func (a *AutoByte) verifyStep(it int, st Stats) (Proposal, bool) {
 	}
 	a.events = append(a.events, ev)
 	a.nextSearch = it + a.o.Every
+	var p Proposal
+	proposed, from := b.cfg != a.current, it+1
+	if proposed {
+		p, from = a.propose(it, b.cfg), a.measureFrom
+	}
 	if best != 0 {
-		a.recheck = &recheck{kept: b.cfg, replaced: base.cfg, replacedS: base.st.IterationTimeS, from: it + 1}
+		a.recheck = &recheck{kept: b.cfg, replaced: base.cfg, replacedS: base.st.IterationTimeS, from: from}
 	}
-	if b.cfg == a.current {
-		return Proposal{}, false
-	}
-	p := a.propose(it, b.cfg)
-	if a.recheck != nil {
-		a.recheck.from = a.measureFrom
-	}
-	return p, true
+	return p, proposed
 }
 
 // propose puts c in force from the earliest allowed iteration and starts
