@@ -82,6 +82,7 @@ type Request struct {
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
+//	AUTOBYTE_SHM           0 keeps connections to processes of this host on TCP (default 1: shared memory)
 //	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
 //	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
 //	AUTOBYTE_LINK_RATE     the hosts' link rate for the tuner (e.g. 1Gbps; default: measured)
@@ -368,6 +369,13 @@ func netOf(get getenv, env cluster.Env) (job.Net, error) {
 			return n, fmt.Errorf("AUTOBYTE_PEER_TIMEOUT=%q: want a positive duration such as 5s", v)
 		}
 		n.PeerTimeout = d
+	}
+	switch v := get("AUTOBYTE_SHM"); v {
+	case "", "1", "on", "true":
+	case "0", "off", "false":
+		n.NoSharedMemory = true
+	default:
+		return n, fmt.Errorf("AUTOBYTE_SHM=%q: want 1 (same-host connections through shared memory, the default) or 0 (TCP)", v)
 	}
 	var level slog.Level
 	if v := get("AUTOBYTE_LOG_LEVEL"); v == "" {

@@ -105,6 +105,15 @@ func TestParseSettingsFusion(t *testing.T) {
 	}
 }
 
+func TestParseSettingsSharedMemory(t *testing.T) {
+	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "off": true, "false": true} {
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_SHM": v}))
+		if err != nil || st.Net.NoSharedMemory != off {
+			t.Errorf("AUTOBYTE_SHM=%q: %v, no shared memory %v; want %v", v, err, st.Net.NoSharedMemory, off)
+		}
+	}
+}
+
 func TestParseSettingsErrors(t *testing.T) {
 	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
 	cases := []struct {
@@ -123,6 +132,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_BANDWIDTH": "fast"}, twoTensors, `AUTOBYTE_BANDWIDTH="fast"`},
 		{map[string]string{"AUTOBYTE_PEER_TIMEOUT": "-1s"}, twoTensors, `AUTOBYTE_PEER_TIMEOUT="-1s"`},
 		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
+		{map[string]string{"AUTOBYTE_SHM": "maybe"}, twoTensors, `AUTOBYTE_SHM="maybe"`},
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "auto"}, twoTensors, `AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte`},

@@ -145,12 +145,19 @@ type Net struct {
 	// PeerTimeout bounds how long a silent peer is tolerated (default 5 s).
 	PeerTimeout time.Duration
 	// TLS, if set, wraps every connection in (mutual) TLS.
-	TLS    *tls.Config
-	Logger *slog.Logger
+	TLS *tls.Config
+	// NoSharedMemory keeps connections between processes of one host on
+	// TCP; by default their bytes go through shared memory
+	// (transport.Config.SharedMemoryRing).
+	NoSharedMemory bool
+	Logger         *slog.Logger
 }
 
 func (n Net) transport(role string, rank int) (transport.Config, error) {
 	cfg := transport.Config{Token: n.Token, Rank: rank, Role: role, PeerTimeout: n.PeerTimeout, Logger: n.Logger, TLS: n.TLS}
+	if n.NoSharedMemory {
+		cfg.SharedMemoryRing = -1
+	}
 	if n.BandwidthBps > 0 {
 		if math.IsInf(n.BandwidthBps, 0) || math.IsNaN(n.BandwidthBps) {
 			return cfg, fmt.Errorf("job: bandwidth must be a positive rate, got %v B/s", n.BandwidthBps)

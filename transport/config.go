@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"net"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -56,6 +57,13 @@ type Config struct {
 	// heartbeat) arrived for this long while it was waiting; default 5 s.
 	// It should be several HeartbeatIntervals of the peer.
 	PeerTimeout time.Duration
+	// SharedMemoryRing is the size in bytes of each direction's ring when
+	// a connection joins two processes of one host (its local and remote
+	// IP are equal) and is plain, unshaped TCP: its bytes then go through
+	// shared memory, and the socket carries only wake-ups (shm_linux.go).
+	// 0 picks DefaultSharedMemoryRing; -1 keeps every connection on TCP.
+	// Linux only. The client's size is used; -1 on either side refuses.
+	SharedMemoryRing int
 	// Logger receives refused handshakes and accept errors; default
 	// slog.Default().
 	Logger *slog.Logger
@@ -91,6 +99,12 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("config: %s limiter has burst %d at %v bytes/s: it would admit nothing", l.name, l.v.Burst(), float64(l.v.Limit()))
 		}
 	}
+	if c.SharedMemoryRing != -1 && c.SharedMemoryRing != 0 && (c.SharedMemoryRing < minSharedMemoryRing || c.SharedMemoryRing > maxSharedMemoryRing) {
+		return c, fmt.Errorf("config: SharedMemoryRing %d out of range: want -1 (off), 0 (default %d) or %d .. %d bytes", c.SharedMemoryRing, DefaultSharedMemoryRing, minSharedMemoryRing, maxSharedMemoryRing)
+	}
+	if c.SharedMemoryRing == 0 {
+		c.SharedMemoryRing = DefaultSharedMemoryRing
+	}
 	if c.SendBuffer == 0 {
 		c.SendBuffer = DefaultSendBuffer
 	}
@@ -107,6 +121,13 @@ func (c Config) withDefaults() (Config, error) {
 		c.Logger = slog.Default()
 	}
 	return c, nil
+}
+
+// sharesMemory reports whether a connection on tcp may carry its bytes
+// through shared memory: plain TCP between two sockets of one host, not
+// shaped, and not turned off.
+func (c Config) sharesMemory(tcp *net.TCPConn) bool {
+	return c.SharedMemoryRing > 0 && c.TLS == nil && c.Egress == nil && c.Ingress == nil && tcp != nil && sameHost(tcp)
 }
 
 // chunkLimit is the largest chunk taken from l at once (and the largest

@@ -84,9 +84,12 @@ func (e *PeerClosedError) Error() string {
 // idle. The send queue is not bounded: the caller's credit window bounds it.
 type Conn struct {
 	nc net.Conn
-	// raw is nc when nc is a plain TCP connection read and written with
-	// raw system calls (rawsock_linux.go); nil with TLS.
-	raw      *rawSocket
+	// vw writes nc with one call for several buffers when nc is a plain
+	// TCP connection read and written with raw system calls
+	// (rawsock_linux.go) or a same-host connection through shared memory
+	// (shm_linux.go); nil with TLS.
+	vw       vecWriter
+	shared   bool         // nc is a *shmConn
 	tcp      *net.TCPConn // the underlying TCP connection (also under TLS)
 	cfg      Config
 	peerRank int
@@ -146,28 +149,55 @@ func describePeer(role string, rank int, addr net.Addr) string {
 	return fmt.Sprintf("%s %d (%s)", role, rank, addr)
 }
 
-// newConn starts the sender of an authenticated connection.
-func newConn(nc net.Conn, tcp *net.TCPConn, cfg Config, peerRank int, peerRole string) *Conn {
+type vecWriter interface {
+	writev(bufs [][]byte) (int64, error)
+}
+
+// newConn starts the sender of an authenticated connection. seg, if not
+// nil, is the shared-memory segment the handshake agreed on, of which we
+// write ring number ring.
+func newConn(nc net.Conn, tcp *net.TCPConn, cfg Config, peerRank int, peerRole string, seg *shmSegment, ring int) *Conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	var raw *rawSocket
+	peer := describePeer(peerRole, peerRank, nc.RemoteAddr())
+	var vw vecWriter
+	var setupErr error
 	if tcp != nil && nc == net.Conn(tcp) {
-		if rs, err := newRawSocket(tcp); err == nil {
-			raw, nc = rs, rs
+		rs, err := newRawSocket(tcp)
+		switch {
+		case err == nil && seg != nil:
+			var sc *shmConn
+			if sc, err = sharedConn(rs, seg, ring, peer); err == nil {
+				vw, nc = sc, sc
+			}
+		case err == nil:
+			vw, nc = rs, rs
+		}
+		if err != nil && seg != nil {
+			seg.unmap()
+			setupErr = fmt.Errorf("transport: connection to %s: the peer mapped our shared memory but we cannot use it: %w", peer, err)
 		}
 	}
 	c := &Conn{
-		nc: nc, tcp: tcp, cfg: cfg, raw: raw,
+		nc: nc, tcp: tcp, cfg: cfg, vw: vw,
 		peerRank: peerRank, peerRole: peerRole,
-		peer:       describePeer(peerRole, peerRank, nc.RemoteAddr()),
+		peer:       peer,
 		ctx:        ctx,
 		cancel:     cancel,
 		wake:       make(chan struct{}, 1),
 		senderDone: make(chan struct{}),
 		last:       time.Now(),
 	}
+	_, c.shared = nc.(*shmConn)
 	go c.sendLoop()
+	if setupErr != nil {
+		c.fail(setupErr)
+	}
 	return c
 }
+
+// SharedMemory reports whether the connection's bytes go through shared
+// memory (a same-host peer; see Config.SharedMemoryRing) rather than TCP.
+func (c *Conn) SharedMemory() bool { return c.shared }
 
 // PeerRank is the rank the peer announced in the handshake.
 func (c *Conn) PeerRank() int { return c.peerRank }
@@ -575,8 +605,8 @@ func (e *truncatedError) Unwrap() error { return e.err }
 
 // writeBuffers writes bufs with one writev where the socket allows.
 func (c *Conn) writeBuffers(bufs net.Buffers) (int64, error) {
-	if c.raw != nil {
-		return c.raw.writev(bufs)
+	if c.vw != nil {
+		return c.vw.writev(bufs)
 	}
 	return bufs.WriteTo(c.nc)
 }

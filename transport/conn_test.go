@@ -133,6 +133,23 @@ func dial(t *testing.T, l *Listener, cfg Config) (srv, cli *Conn) {
 	return srv, r.c
 }
 
+// wires runs f over both same-host wires: shared memory (the default on
+// loopback) and plain TCP (SharedMemoryRing -1).
+func wires(t *testing.T, f func(t *testing.T, ring int)) {
+	for _, w := range []struct {
+		name string
+		ring int
+	}{{"shm", 0}, {"tcp", -1}} {
+		t.Run(w.name, func(t *testing.T) { f(t, w.ring) })
+	}
+}
+
+func ringConfig(role string, rank, ring int) Config {
+	c := testConfig(role, rank)
+	c.SharedMemoryRing = ring
+	return c
+}
+
 func pair(t *testing.T, sc, cc Config) (srv, cli *Conn) {
 	t.Helper()
 	return dial(t, listen(t, sc), cc)
@@ -152,7 +169,7 @@ func rawClient(t *testing.T, addr string, cfg Config) net.Conn {
 	}
 	t.Cleanup(func() { nc.Close() })
 	nc.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, _, err := clientHandshake(nc, cfg, addr); err != nil {
+	if _, _, _, err := clientHandshake(nc, cfg, addr, false); err != nil {
 		t.Fatal(err)
 	}
 	nc.SetDeadline(time.Time{})
@@ -190,50 +207,55 @@ func mustContain(t *testing.T, err error, subs ...string) {
 }
 
 func TestHandshakeAndRoundTrip(t *testing.T) {
-	checkLeaks(t)
-	srv, cli := pair(t, testConfig("server", 2), testConfig("worker", 5))
-	if srv.PeerRank() != 5 || srv.PeerRole() != "worker" {
-		t.Fatalf("server sees peer %d %q, want worker 5", srv.PeerRank(), srv.PeerRole())
-	}
-	if cli.PeerRank() != 2 || cli.PeerRole() != "server" {
-		t.Fatalf("client sees peer %d %q, want server 2", cli.PeerRank(), cli.PeerRole())
-	}
-	payload := make([]byte, 100000)
-	rand.Read(payload)
-	h := Header{Kind: KindPush, Rank: 999, Epoch: 1, Iteration: 2, Key: 3, Piece: 4, Aux: 5, Priority: 6, Offset: 7, Length: 1}
-	if err := cli.Send(Frame{Header: h, Payload: payload}); err != nil {
-		t.Fatal(err)
-	}
-	f, err := srv.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := h
-	want.Rank, want.Length = 5, uint32(len(payload)) // stamped by the connection
-	if f.Header != want || !bytes.Equal(f.Payload, payload) {
-		t.Fatalf("got header %+v (%d bytes), want %+v", f.Header, len(f.Payload), want)
-	}
-	// And back, with an empty payload.
-	if err := srv.Send(Frame{Header: Header{Kind: KindAggregate, Key: 3}}); err != nil {
-		t.Fatal(err)
-	}
-	f, err = cli.Recv()
-	if err != nil || f.Kind != KindAggregate || f.Rank != 2 || len(f.Payload) != 0 {
-		t.Fatalf("got %+v, %v", f, err)
-	}
-	// The sender goroutine counts a write once writev returns, which may
-	// be just after the peer already read it: allow it a moment.
-	var sent, recvd int64
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
-		sent, _ = cli.Stats()
-		_, recvd = srv.Stats()
-		if sent >= int64(HeaderSize+len(payload)) && recvd >= int64(HeaderSize+len(payload)) || time.Now().After(deadline) {
-			break
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		srv, cli := pair(t, ringConfig("server", 2, ring), ringConfig("worker", 5, ring))
+		if want := ring == 0 && runtime.GOOS == "linux"; srv.SharedMemory() != want || cli.SharedMemory() != want {
+			t.Fatalf("shared memory: server %v, client %v; want %v", srv.SharedMemory(), cli.SharedMemory(), want)
 		}
-	}
-	if sent < int64(HeaderSize+len(payload)) || recvd < int64(HeaderSize+len(payload)) {
-		t.Fatalf("stats: client sent %d, server received %d, want >= %d", sent, recvd, HeaderSize+len(payload))
-	}
+		if srv.PeerRank() != 5 || srv.PeerRole() != "worker" {
+			t.Fatalf("server sees peer %d %q, want worker 5", srv.PeerRank(), srv.PeerRole())
+		}
+		if cli.PeerRank() != 2 || cli.PeerRole() != "server" {
+			t.Fatalf("client sees peer %d %q, want server 2", cli.PeerRank(), cli.PeerRole())
+		}
+		payload := make([]byte, 100000)
+		rand.Read(payload)
+		h := Header{Kind: KindPush, Rank: 999, Epoch: 1, Iteration: 2, Key: 3, Piece: 4, Aux: 5, Priority: 6, Offset: 7, Length: 1}
+		if err := cli.Send(Frame{Header: h, Payload: payload}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := srv.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := h
+		want.Rank, want.Length = 5, uint32(len(payload)) // stamped by the connection
+		if f.Header != want || !bytes.Equal(f.Payload, payload) {
+			t.Fatalf("got header %+v (%d bytes), want %+v", f.Header, len(f.Payload), want)
+		}
+		// And back, with an empty payload.
+		if err := srv.Send(Frame{Header: Header{Kind: KindAggregate, Key: 3}}); err != nil {
+			t.Fatal(err)
+		}
+		f, err = cli.Recv()
+		if err != nil || f.Kind != KindAggregate || f.Rank != 2 || len(f.Payload) != 0 {
+			t.Fatalf("got %+v, %v", f, err)
+		}
+		// The sender goroutine counts a write once writev returns, which may
+		// be just after the peer already read it: allow it a moment.
+		var sent, recvd int64
+		for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(time.Millisecond) {
+			sent, _ = cli.Stats()
+			_, recvd = srv.Stats()
+			if sent >= int64(HeaderSize+len(payload)) && recvd >= int64(HeaderSize+len(payload)) || time.Now().After(deadline) {
+				break
+			}
+		}
+		if sent < int64(HeaderSize+len(payload)) || recvd < int64(HeaderSize+len(payload)) {
+			t.Fatalf("stats: client sent %d, server received %d, want >= %d", sent, recvd, HeaderSize+len(payload))
+		}
+	})
 }
 
 func TestWrongTokenRefusedBothSidesAndListenerKeepsAccepting(t *testing.T) {
@@ -500,62 +522,68 @@ func TestShaping(t *testing.T) {
 }
 
 func TestPeerTimeout(t *testing.T) {
-	checkLeaks(t)
-	sc := testConfig("server", 0)
-	sc.PeerTimeout = 500 * time.Millisecond
-	cc := testConfig("worker", 7)
-	cc.HeartbeatInterval = time.Hour // never heartbeats
-	srv, _ := pair(t, sc, cc)
-	start := time.Now()
-	_, err := srv.Recv()
-	el := time.Since(start)
-	mustContain(t, err, "transport: lost peer worker 7 (127.0.0.1:", "no data for 500ms")
-	mustLose(t, err, Peer{Role: "worker", Rank: 7, Silent: true})
-	if el < 450*time.Millisecond || el > 1500*time.Millisecond {
-		t.Fatalf("Recv failed after %v, want within PeerTimeout (500ms) + 1s", el)
-	}
-	// The error sticks.
-	_, err2 := srv.Recv()
-	if err2 == nil || err2.Error() != err.Error() {
-		t.Fatalf("second Recv: %v, want %v", err2, err)
-	}
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		sc := ringConfig("server", 0, ring)
+		sc.PeerTimeout = 500 * time.Millisecond
+		cc := ringConfig("worker", 7, ring)
+		cc.HeartbeatInterval = time.Hour // never heartbeats
+		srv, _ := pair(t, sc, cc)
+		start := time.Now()
+		_, err := srv.Recv()
+		el := time.Since(start)
+		mustContain(t, err, "transport: lost peer worker 7 (127.0.0.1:", "no data for 500ms")
+		mustLose(t, err, Peer{Role: "worker", Rank: 7, Silent: true})
+		if el < 450*time.Millisecond || el > 1500*time.Millisecond {
+			t.Fatalf("Recv failed after %v, want within PeerTimeout (500ms) + 1s", el)
+		}
+		// The error sticks.
+		_, err2 := srv.Recv()
+		if err2 == nil || err2.Error() != err.Error() {
+			t.Fatalf("second Recv: %v, want %v", err2, err)
+		}
+	})
 }
 
 func TestHeartbeatsKeepIdlePeerAlive(t *testing.T) {
-	checkLeaks(t)
-	sc := testConfig("server", 0)
-	sc.PeerTimeout = 400 * time.Millisecond
-	cc := testConfig("worker", 7)
-	cc.HeartbeatInterval = 50 * time.Millisecond
-	srv, cli := pair(t, sc, cc)
-	go func() {
-		time.Sleep(1200 * time.Millisecond)
-		cli.Send(Frame{Header: Header{Kind: KindControl, Aux: 42}})
-	}()
-	start := time.Now()
-	f, err := srv.Recv()
-	if err != nil || f.Aux != 42 {
-		t.Fatalf("Recv after %v: %+v, %v; heartbeats should have kept the peer alive", time.Since(start), f, err)
-	}
-	_, recvd := srv.Stats()
-	if recvd < 5*HeaderSize {
-		t.Fatalf("received only %d bytes: no heartbeats?", recvd)
-	}
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		sc := ringConfig("server", 0, ring)
+		sc.PeerTimeout = 400 * time.Millisecond
+		cc := ringConfig("worker", 7, ring)
+		cc.HeartbeatInterval = 50 * time.Millisecond
+		srv, cli := pair(t, sc, cc)
+		go func() {
+			time.Sleep(1200 * time.Millisecond)
+			cli.Send(Frame{Header: Header{Kind: KindControl, Aux: 42}})
+		}()
+		start := time.Now()
+		f, err := srv.Recv()
+		if err != nil || f.Aux != 42 {
+			t.Fatalf("Recv after %v: %+v, %v; heartbeats should have kept the peer alive", time.Since(start), f, err)
+		}
+		_, recvd := srv.Stats()
+		if recvd < 5*HeaderSize {
+			t.Fatalf("received only %d bytes: no heartbeats?", recvd)
+		}
+	})
 }
 
 func TestKilledPeer(t *testing.T) {
-	checkLeaks(t)
-	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 3))
-	// Abort: RST, no close frame.
-	cli.tcp.SetLinger(0)
-	cli.nc.Close()
-	start := time.Now()
-	_, err := srv.Recv()
-	if el := time.Since(start); el > time.Second {
-		t.Fatalf("Recv took %v to notice a killed peer", el)
-	}
-	mustContain(t, err, "lost peer worker 3 (127.0.0.1:", "connection reset by peer")
-	mustLose(t, err, Peer{Role: "worker", Rank: 3})
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		srv, cli := pair(t, ringConfig("server", 0, ring), ringConfig("worker", 3, ring))
+		// Abort: RST, no close frame.
+		cli.tcp.SetLinger(0)
+		cli.nc.Close()
+		start := time.Now()
+		_, err := srv.Recv()
+		if el := time.Since(start); el > time.Second {
+			t.Fatalf("Recv took %v to notice a killed peer", el)
+		}
+		mustContain(t, err, "lost peer worker 3 (127.0.0.1:", "connection reset by peer")
+		mustLose(t, err, Peer{Role: "worker", Rank: 3})
+	})
 }
 
 func TestPeerHangsUpWithoutCloseFrame(t *testing.T) {
@@ -656,91 +684,97 @@ func TestGarbageHeaderClosesOnlyThatConnection(t *testing.T) {
 }
 
 func TestCloseReasonSurfaces(t *testing.T) {
-	checkLeaks(t)
-	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
-	if err := cli.CloseWithReason("worker 1: out of memory"); err != nil {
-		t.Fatal(err)
-	}
-	_, err := srv.Recv()
-	mustContain(t, err, "peer worker 1 (127.0.0.1:", "closed the connection: worker 1: out of memory")
-	var pc *PeerClosedError
-	if !errors.As(err, &pc) || pc.Reason != "worker 1: out of memory" {
-		t.Fatalf("error %v is not a PeerClosedError with the reason", err)
-	}
-	mustLose(t, err, Peer{Role: "worker", Rank: 1, Closed: true})
-	if err := cli.Send(Frame{Header: Header{Kind: KindPush}}); !errors.Is(err, ErrClosed) {
-		t.Fatalf("Send after CloseWithReason: %v, want ErrClosed", err)
-	}
-	if err := srv.Send(Frame{Header: Header{Kind: KindPush}}); err == nil {
-		t.Fatal("Send on a connection the peer closed succeeded")
-	}
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		srv, cli := pair(t, ringConfig("server", 0, ring), ringConfig("worker", 1, ring))
+		if err := cli.CloseWithReason("worker 1: out of memory"); err != nil {
+			t.Fatal(err)
+		}
+		_, err := srv.Recv()
+		mustContain(t, err, "peer worker 1 (127.0.0.1:", "closed the connection: worker 1: out of memory")
+		var pc *PeerClosedError
+		if !errors.As(err, &pc) || pc.Reason != "worker 1: out of memory" {
+			t.Fatalf("error %v is not a PeerClosedError with the reason", err)
+		}
+		mustLose(t, err, Peer{Role: "worker", Rank: 1, Closed: true})
+		if err := cli.Send(Frame{Header: Header{Kind: KindPush}}); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Send after CloseWithReason: %v, want ErrClosed", err)
+		}
+		if err := srv.Send(Frame{Header: Header{Kind: KindPush}}); err == nil {
+			t.Fatal("Send on a connection the peer closed succeeded")
+		}
+	})
 }
 
 func TestCloseUnblocksRecvAndFailsQueuedFrames(t *testing.T) {
-	checkLeaks(t)
-	_, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
-	// Block the sender with a big frame nobody reads, queue more behind it.
-	var mu sync.Mutex
-	var results []error
-	done := func(err error) {
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		_, cli := pair(t, ringConfig("server", 0, ring), ringConfig("worker", 1, ring))
+		// Block the sender with a big frame nobody reads, queue more behind it.
+		var mu sync.Mutex
+		var results []error
+		done := func(err error) {
+			mu.Lock()
+			results = append(results, err)
+			mu.Unlock()
+		}
+		for i := range 5 {
+			size := 512
+			if i == 0 {
+				size = 16 << 20
+			}
+			if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush}, Payload: make([]byte, size)}, done); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recvErr := make(chan error, 1)
+		go func() {
+			_, err := cli.Recv()
+			recvErr <- err
+		}()
+		time.Sleep(50 * time.Millisecond)
+		cli.Close()
+		select {
+		case err := <-recvErr:
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("Recv after Close: %v, want ErrClosed", err)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("Close did not unblock Recv")
+		}
 		mu.Lock()
-		results = append(results, err)
-		mu.Unlock()
-	}
-	for i := range 5 {
-		size := 512
-		if i == 0 {
-			size = 16 << 20
+		defer mu.Unlock()
+		if len(results) != 5 {
+			t.Fatalf("%d done callbacks ran, want 5", len(results))
 		}
-		if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush}, Payload: make([]byte, size)}, done); err != nil {
-			t.Fatal(err)
+		for _, err := range results {
+			if !errors.Is(err, ErrClosed) {
+				t.Fatalf("done callback got %v, want ErrClosed", err)
+			}
 		}
-	}
-	recvErr := make(chan error, 1)
-	go func() {
-		_, err := cli.Recv()
-		recvErr <- err
-	}()
-	time.Sleep(50 * time.Millisecond)
-	cli.Close()
-	select {
-	case err := <-recvErr:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Recv after Close: %v, want ErrClosed", err)
+		if err := cli.Close(); err != nil {
+			t.Fatalf("second Close: %v", err)
 		}
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not unblock Recv")
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(results) != 5 {
-		t.Fatalf("%d done callbacks ran, want 5", len(results))
-	}
-	for _, err := range results {
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("done callback got %v, want ErrClosed", err)
-		}
-	}
-	if err := cli.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
+	})
 }
 
 func TestSendNotifyReportsWritten(t *testing.T) {
-	checkLeaks(t)
-	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
-	written := make(chan error, 1)
-	if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush}, Payload: make([]byte, 1000)}, func(err error) { written <- err }); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := srv.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-written; err != nil {
-		t.Fatalf("done callback: %v", err)
-	}
-	mustContain(t, cli.Send(Frame{Header: Header{Kind: KindHeartbeat}}), "kind heartbeat cannot be sent as data")
-	mustContain(t, cli.Send(Frame{Header: Header{Kind: 0}}), "kind Kind(0) cannot be sent as data")
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		srv, cli := pair(t, ringConfig("server", 0, ring), ringConfig("worker", 1, ring))
+		written := make(chan error, 1)
+		if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush}, Payload: make([]byte, 1000)}, func(err error) { written <- err }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-written; err != nil {
+			t.Fatalf("done callback: %v", err)
+		}
+		mustContain(t, cli.Send(Frame{Header: Header{Kind: KindHeartbeat}}), "kind heartbeat cannot be sent as data")
+		mustContain(t, cli.Send(Frame{Header: Header{Kind: 0}}), "kind Kind(0) cannot be sent as data")
+	})
 }
 
 func TestDialRetriesUntilListening(t *testing.T) {
@@ -843,30 +877,32 @@ func TestErrorsNameThePeer(t *testing.T) {
 }
 
 func TestLargePayloadAndRecvInto(t *testing.T) {
-	checkLeaks(t)
-	srv, cli := pair(t, testConfig("server", 0), testConfig("worker", 1))
-	// Above eagerAlloc, the payload grows as it arrives.
-	big := make([]byte, eagerAlloc+eagerAlloc/2+3)
-	rand.Read(big)
-	small := []byte("0123456789")
-	for _, p := range [][]byte{big, small, small} {
-		if err := cli.Send(Frame{Header: Header{Kind: KindAggregate}, Payload: p}); err != nil {
-			t.Fatal(err)
+	wires(t, func(t *testing.T, ring int) {
+		checkLeaks(t)
+		srv, cli := pair(t, ringConfig("server", 0, ring), ringConfig("worker", 1, ring))
+		// Above eagerAlloc, the payload grows as it arrives.
+		big := make([]byte, eagerAlloc+eagerAlloc/2+3)
+		rand.Read(big)
+		small := []byte("0123456789")
+		for _, p := range [][]byte{big, small, small} {
+			if err := cli.Send(Frame{Header: Header{Kind: KindAggregate}, Payload: p}); err != nil {
+				t.Fatal(err)
+			}
 		}
-	}
-	f, err := srv.Recv()
-	if err != nil || !bytes.Equal(f.Payload, big) {
-		t.Fatalf("large payload: %d bytes, %v", len(f.Payload), err)
-	}
-	buf := make([]byte, 64)
-	f, err = srv.RecvInto(buf)
-	if err != nil || string(f.Payload) != string(small) || &f.Payload[0] != &buf[0] {
-		t.Fatalf("RecvInto with room: %q, %v (reused buffer: %v)", f.Payload, err, err == nil && &f.Payload[0] == &buf[0])
-	}
-	f, err = srv.RecvInto(buf[:0:4])
-	if err != nil || string(f.Payload) != string(small) {
-		t.Fatalf("RecvInto without room: %q, %v", f.Payload, err)
-	}
+		f, err := srv.Recv()
+		if err != nil || !bytes.Equal(f.Payload, big) {
+			t.Fatalf("large payload: %d bytes, %v", len(f.Payload), err)
+		}
+		buf := make([]byte, 64)
+		f, err = srv.RecvInto(buf)
+		if err != nil || string(f.Payload) != string(small) || &f.Payload[0] != &buf[0] {
+			t.Fatalf("RecvInto with room: %q, %v (reused buffer: %v)", f.Payload, err, err == nil && &f.Payload[0] == &buf[0])
+		}
+		f, err = srv.RecvInto(buf[:0:4])
+		if err != nil || string(f.Payload) != string(small) {
+			t.Fatalf("RecvInto without room: %q, %v", f.Payload, err)
+		}
+	})
 }
 
 func TestTruncatedLargePayloadCountsFromStart(t *testing.T) {

@@ -22,7 +22,13 @@ import (
 //	ok      server->client  'K' rank[4] roleLen[1] macS[32] role             41+roleLen bytes
 //	refuse  server->client  'R' reasonLen[1] reason                          5+reasonLen bytes
 //	confirm client->server  'C'                                             4 bytes
+//	offer   client->server  'M' ring[4] tag[16] pathLen[1] path (instead of confirm) 25+pathLen bytes
+//	accept  server->client  'Y' (the offer's segment is mapped)              4 bytes
+//	decline server->client  'N' (plain TCP)                                 4 bytes
 //	probe   client->server  'P' (instead of auth: only checking who listens) 4 bytes
+//
+// An offer confirms like 'C' and proposes a shared-memory segment for a
+// same-host connection (shm_linux.go); the server answers it.
 //
 // macC = HMAC-SHA256(token, "autobyte client v1" || nonceS || rankC || roleC)
 // macS = HMAC-SHA256(token, "autobyte server v1" || nonceC || nonceS || rankS || roleS)
@@ -33,12 +39,16 @@ const (
 	msgRefuse  = 'R'
 	msgConfirm = 'C'
 	msgProbe   = 'P'
+	msgOffer   = 'M'
+	msgAccept  = 'Y'
+	msgDecline = 'N'
 
 	nonceSize    = 32
 	macSize      = sha256.Size
 	helloSize    = 4 + nonceSize
 	authFixed    = 4 + 4 + 1 + nonceSize + macSize
 	okFixed      = 4 + 4 + 1 + macSize
+	offerFixed   = 4 + 4 + shmTagLen + 1
 	maxRefuseLen = 255
 
 	labelClient = "autobyte client v1"
@@ -110,8 +120,62 @@ func checkPrefix(b []byte, what string, typ byte) error {
 }
 
 // clientHandshake runs the client side on nc, whose deadline the caller has
-// set. It returns the server's rank and role.
-func clientHandshake(nc net.Conn, cfg Config, addr string) (int, string, error) {
+// set. It returns the server's rank and role, and the shared-memory
+// segment the server accepted when share is set (nil if it declined or
+// one could not be made).
+func clientHandshake(nc net.Conn, cfg Config, addr string, share bool) (int, string, *shmSegment, error) {
+	rank, role, err := clientAuth(nc, cfg, addr)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	if share {
+		seg, tag, err := createSegment(cfg.SharedMemoryRing)
+		if err == nil {
+			seg, err = offerSegment(nc, cfg, seg, tag)
+			if err != nil {
+				return 0, "", nil, fmt.Errorf("transport: handshake with %s: %v", addr, err)
+			}
+			return rank, role, seg, nil
+		}
+		cfg.Logger.Debug("transport: same-host connection stays on TCP", "peer", addr, "err", err)
+	}
+	if _, err := nc.Write(msgPrefix(msgConfirm)); err != nil {
+		return 0, "", nil, fmt.Errorf("transport: handshake with %s: sending confirmation: %v", addr, err)
+	}
+	return rank, role, nil, nil
+}
+
+// offerSegment offers seg to the server and returns it if the server
+// mapped it, nil if it declined. The file is unlinked either way: from
+// here on only the two mappings hold it.
+func offerSegment(nc net.Conn, cfg Config, seg *shmSegment, tag []byte) (*shmSegment, error) {
+	defer seg.unlink()
+	offer := msgPrefix(msgOffer)
+	offer = binary.LittleEndian.AppendUint32(offer, uint32(cfg.SharedMemoryRing))
+	offer = append(offer, tag...)
+	offer = append(offer, byte(len(seg.path)))
+	offer = append(offer, seg.path...)
+	if _, err := nc.Write(offer); err != nil {
+		seg.unmap()
+		return nil, fmt.Errorf("sending shared-memory offer: %v", err)
+	}
+	reply := make([]byte, 4)
+	if err := readMsg(nc, reply, "shared-memory reply", cfg.HandshakeTimeout); err != nil {
+		seg.unmap()
+		return nil, err
+	}
+	if checkPrefix(reply, "shared-memory reply", msgAccept) == nil {
+		return seg, nil
+	}
+	seg.unmap()
+	if err := checkPrefix(reply, "shared-memory reply", msgDecline); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// clientAuth runs the client side up to the server's proof.
+func clientAuth(nc net.Conn, cfg Config, addr string) (int, string, error) {
 	fail := func(format string, args ...any) (int, string, error) {
 		return 0, "", fmt.Errorf("transport: handshake with %s: %s", addr, fmt.Sprintf(format, args...))
 	}
@@ -178,9 +242,6 @@ func clientHandshake(nc net.Conn, cfg Config, addr string) (int, string, error) 
 	if !hmac.Equal(ok[5:5+macSize], want) {
 		return fail("server failed to prove the cluster token (wrong token or an impostor)")
 	}
-	if _, err := nc.Write(msgPrefix(msgConfirm)); err != nil {
-		return fail("sending confirmation: %v", err)
-	}
 	return int(srank), string(srole), nil
 }
 
@@ -197,8 +258,64 @@ type refusal struct {
 func (r *refusal) Error() string { return r.reason }
 
 // serverHandshake runs the server side on nc, whose deadline the caller
-// has set. It returns the client's rank and role, or a *refusal.
-func serverHandshake(nc net.Conn, cfg Config) (int, string, error) {
+// has set. It returns the client's rank and role, or a *refusal, and the
+// client's shared-memory segment if it offered one and share is set.
+func serverHandshake(nc net.Conn, cfg Config, share bool) (int, string, *shmSegment, error) {
+	rank, role, err := serverAuth(nc, cfg)
+	if err != nil {
+		return 0, "", nil, err
+	}
+	confirm := make([]byte, 4)
+	if err := readMsg(nc, confirm, "confirmation", cfg.HandshakeTimeout); err != nil {
+		return 0, "", nil, &refusal{reason: "handshake: " + err.Error() + " (did the client reject our token proof?)"}
+	}
+	if checkPrefix(confirm, "offer", msgOffer) == nil {
+		seg, err := answerOffer(nc, cfg, share)
+		if err != nil {
+			return 0, "", nil, err
+		}
+		return rank, role, seg, nil
+	}
+	if err := checkPrefix(confirm, "confirmation", msgConfirm); err != nil {
+		return 0, "", nil, &refusal{reason: "handshake: " + err.Error(), tell: true}
+	}
+	return rank, role, nil, nil
+}
+
+// answerOffer reads a client's shared-memory offer and maps the segment
+// when share is set and it checks out; it tells the client either way.
+func answerOffer(nc net.Conn, cfg Config, share bool) (*shmSegment, error) {
+	fixed := make([]byte, offerFixed-4)
+	if err := readMsg(nc, fixed, "shared-memory offer", cfg.HandshakeTimeout); err != nil {
+		return nil, &refusal{reason: "handshake: " + err.Error()}
+	}
+	ring := int(binary.LittleEndian.Uint32(fixed))
+	tag := fixed[4 : 4+shmTagLen]
+	path := make([]byte, fixed[4+shmTagLen])
+	if err := readMsg(nc, path, "shared-memory path", cfg.HandshakeTimeout); err != nil {
+		return nil, &refusal{reason: "handshake: " + err.Error()}
+	}
+	var seg *shmSegment
+	answer := msgDecline
+	if share {
+		var err error
+		if seg, err = openSegment(string(path), ring, tag); err == nil {
+			answer = msgAccept
+		} else {
+			cfg.Logger.Debug("transport: declined a shared-memory offer", "remote", nc.RemoteAddr().String(), "err", err)
+		}
+	}
+	if _, err := nc.Write(msgPrefix(byte(answer))); err != nil {
+		if seg != nil {
+			seg.unmap()
+		}
+		return nil, &refusal{reason: fmt.Sprintf("handshake: answering a shared-memory offer: %v", err)}
+	}
+	return seg, nil
+}
+
+// serverAuth runs the server side up to our proof.
+func serverAuth(nc net.Conn, cfg Config) (int, string, error) {
 	nonceS := make([]byte, nonceSize)
 	rand.Read(nonceS)
 	hello := append(msgPrefix(msgHello), nonceS...)
@@ -248,13 +365,6 @@ func serverHandshake(nc net.Conn, cfg Config) (int, string, error) {
 	ok = append(ok, cfg.Role...)
 	if _, err := nc.Write(ok); err != nil {
 		return 0, "", &refusal{reason: fmt.Sprintf("handshake: sending ok: %v", err)}
-	}
-	confirm := make([]byte, 4)
-	if err := readMsg(nc, confirm, "confirmation", cfg.HandshakeTimeout); err != nil {
-		return 0, "", &refusal{reason: "handshake: " + err.Error() + " (did the client reject our token proof?)"}
-	}
-	if err := checkPrefix(confirm, "confirmation", msgConfirm); err != nil {
-		return refuse("handshake: %v", err)
 	}
 	return int(rank), string(role), nil
 }

@@ -101,6 +101,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 	nc := net.Conn(tcp)
 	var rank int
 	var role string
+	var seg *shmSegment
 	if cfg.TLS != nil {
 		tc := tls.Client(tcp, clientTLS(cfg.TLS, addr))
 		if err = tc.Handshake(); err != nil {
@@ -109,9 +110,12 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		nc = tc
 	}
 	if err == nil {
-		rank, role, err = clientHandshake(nc, cfg, addr)
+		rank, role, seg, err = clientHandshake(nc, cfg, addr, cfg.sharesMemory(tcp))
 	}
 	if !stop() {
+		if seg != nil {
+			seg.unmap()
+		}
 		nc.Close()
 		return nil, fmt.Errorf("transport: dial %s: handshake interrupted: %w", addr, ctx.Err())
 	}
@@ -120,7 +124,7 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Conn, error) {
 		return nil, err
 	}
 	tcp.SetDeadline(time.Time{})
-	return newConn(nc, tcp, cfg, rank, role), nil
+	return newConn(nc, tcp, cfg, rank, role, seg, 0), nil
 }
 
 func clientTLS(c *tls.Config, addr string) *tls.Config {
@@ -300,7 +304,7 @@ func (l *Listener) handshake(raw net.Conn) {
 		}
 		nc = tc
 	}
-	rank, role, err := serverHandshake(nc, l.cfg)
+	rank, role, seg, err := serverHandshake(nc, l.cfg, l.cfg.sharesMemory(tcp))
 	untrack()
 	if err != nil {
 		if l.closed() {
@@ -320,7 +324,7 @@ func (l *Listener) handshake(raw net.Conn) {
 		return
 	}
 	raw.SetDeadline(time.Time{})
-	c := newConn(nc, tcp, l.cfg, rank, role)
+	c := newConn(nc, tcp, l.cfg, rank, role, seg, 1)
 	select {
 	case l.conns <- c:
 	case <-l.done:

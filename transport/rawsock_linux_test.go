@@ -112,9 +112,9 @@ func TestRawSocketReadErrors(t *testing.T) {
 // A plain TCP connection is read and written raw; a TLS one is not.
 func TestConnUsesRawSocketForPlainTCP(t *testing.T) {
 	rs, _ := tcpPair(t)
-	c := newConn(rs.TCPConn, rs.TCPConn, Config{}, 1, "rank")
+	c := newConn(rs.TCPConn, rs.TCPConn, Config{}, 1, "rank", nil, 0)
 	defer c.Close()
-	if c.raw == nil || c.nc != net.Conn(c.raw) {
+	if rs, ok := c.nc.(*rawSocket); !ok || c.vw != vecWriter(rs) {
 		t.Fatal("plain TCP connection not read raw")
 	}
 }

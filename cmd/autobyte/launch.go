@@ -99,7 +99,7 @@ the failed process's error.`,
 			defer stop()
 			lc := launchConfig{verify: verify, logLevel: logLevel, peerTimeout: peerTimeout,
 				shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(), traceDir: traceDir, metricsPort: metricsPort,
-				workerArgs: tf.args()}
+				workerArgs: tf.args(), noShm: noShm(cmd)}
 			if traceDir != "" {
 				if err := os.MkdirAll(traceDir, 0o755); err != nil {
 					return fmt.Errorf("--trace: %w", err)
@@ -170,6 +170,8 @@ Rank 0's output goes to stdout; the others' to stderr, prefixed. If one
 process fails, the rest are stopped within a few seconds.`
 	cmd.Flags().Bool("tune-malloc", true, "give a training command glibc allocator settings that keep freed memory for reuse "+
 		"(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_; see docs/pytorch.md) unless its environment sets them; false leaves glibc's defaults")
+	cmd.Flags().Bool("shm", true, "carry the bytes between processes of one host through shared memory; false keeps them on TCP "+
+		"(hosts of a testbed are apart and use TCP either way)")
 	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
 	tf.register(cmd)
 	cmd.Long += `
@@ -212,7 +214,7 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	defer stop()
 	tuneMalloc, _ := cmd.Flags().GetBool("tune-malloc")
 	lc := launchConfig{logLevel: logLevel, peerTimeout: peerTimeout, shaped: shapedRate(cmd, o), progress: cmd.ErrOrStderr(),
-		scriptTuner: tuner, traceDir: traceDir, scriptAuto: f.autoKnobs(), tuneMalloc: tuneMalloc}
+		scriptTuner: tuner, traceDir: traceDir, scriptAuto: f.autoKnobs(), tuneMalloc: tuneMalloc, noShm: noShm(cmd)}
 	if err := lc.scriptAuto.check(tuner); err != nil {
 		return err
 	}
@@ -336,6 +338,8 @@ type launchConfig struct {
 	workerArgs []string
 	// tuneMalloc: a training command gets allocatorEnv's settings.
 	tuneMalloc bool
+	// noShm keeps same-host connections on TCP (--shm=false).
+	noShm bool
 	// rates, with bed, change each host's rate when rank 0 reaches an
 	// iteration where it changes (rates at iteration 0 are already in
 	// force).
@@ -429,6 +433,9 @@ func launchLocal(ctx context.Context, childArgsCommon []string, spec job.Spec, l
 		return nil, err
 	}
 	common := append(childArgsCommon, "--log-level="+lc.logLevel, "--peer-timeout="+lc.peerTimeout.String())
+	if lc.noShm {
+		common = append(common, "--shm=false")
+	}
 	master, listen := "", func(int) string { return "127.0.0.1:0" }
 	if lc.bed != nil {
 		// The testbed shapes the links; processes must not shape again.
@@ -740,4 +747,10 @@ func allSame(changes []rateChange) bool {
 func (d *rateDriver) stop() {
 	close(d.iters)
 	<-d.done
+}
+
+// noShm is --shm=false.
+func noShm(cmd *cobra.Command) bool {
+	on, _ := cmd.Flags().GetBool("shm")
+	return !on
 }

@@ -108,6 +108,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 		env = append(env, allocatorEnv(env)...)
 	}
 	set("AUTOBYTE_PEER_TIMEOUT", lc.peerTimeout.String())
+	if lc.noShm {
+		set("AUTOBYTE_SHM", "0")
+	}
 	set("AUTOBYTE_LOG_LEVEL", lc.logLevel)
 	if lc.bed != nil {
 		host := spec.Servers + rank
@@ -206,6 +209,9 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	}
 	jobArgs := []string{"--arch=ps", "--workers=" + strconv.Itoa(spec.Workers), "--servers=" + strconv.Itoa(spec.Servers),
 		"--master=" + master, "--log-level=" + lc.logLevel, "--peer-timeout=" + lc.peerTimeout.String()}
+	if lc.noShm {
+		jobArgs = append(jobArgs, "--shm=false")
+	}
 	if spec.PullMode {
 		jobArgs = append(jobArgs, "--ps-pull")
 	}

@@ -31,6 +31,7 @@ type netFlags struct {
 	peerTimeout           time.Duration
 	logLevel              string
 	shape                 bool
+	shm                   bool
 	tls                   tlsFiles
 }
 
@@ -45,6 +46,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.tls.key, "tls-key", "", "TLS: the certificate's private key (PEM)")
 	fs.StringVar(&n.tls.ca, "tls-ca", "", "TLS: the CA (PEM) every peer's certificate must be signed by")
 	fs.BoolVar(&n.shape, "shape", true, "shape this process's egress and ingress to --bandwidth when --bandwidth is given")
+	fs.BoolVar(&n.shm, "shm", true, "carry the bytes of connections to processes on this host through shared memory (false: TCP)")
 }
 
 func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) {
@@ -75,7 +77,7 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	if err != nil {
 		return out, err
 	}
-	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log, TLS: tc}, nil
+	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log, TLS: tc, NoSharedMemory: !n.shm}, nil
 }
 
 // processFlags checks the flags every process of a job takes (and launch
