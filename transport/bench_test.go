@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 )
 
@@ -11,15 +12,30 @@ const benchFrame = 4 << 20
 
 // BenchmarkLoopbackThroughput sends 4 MiB push frames over one Conn pair on
 // 127.0.0.1 (default config: 256 KiB SO_SNDBUF, unshaped) with up to 4
-// frames queued; the receiver allocates each payload, as Recv does.
-func BenchmarkLoopbackThroughput(b *testing.B) { benchLoopback(b, false) }
+// frames queued; the receiver allocates each payload, as Recv does. It
+// runs over shared memory (the default on one host) and over TCP, and
+// reports the process's CPU (both ends) per MiB moved.
+func BenchmarkLoopbackThroughput(b *testing.B) { benchWires(b, false) }
 
 // BenchmarkLoopbackRecvInto is BenchmarkLoopbackThroughput with the
 // receiver reusing one payload buffer (RecvInto).
-func BenchmarkLoopbackRecvInto(b *testing.B) { benchLoopback(b, true) }
+func BenchmarkLoopbackRecvInto(b *testing.B) { benchWires(b, true) }
 
-func benchLoopback(b *testing.B, reuse bool) {
-	l, err := Listen("127.0.0.1:0", testConfig("server", 0))
+func benchWires(b *testing.B, reuse bool) {
+	for _, w := range []struct {
+		name string
+		ring int
+	}{{"shm", 0}, {"tcp", -1}} {
+		b.Run(w.name, func(b *testing.B) {
+			cpu := processCPU()
+			benchLoopback(b, reuse, w.ring)
+			b.ReportMetric(float64((processCPU()-cpu).Microseconds())/1000/(float64(b.N)*benchFrame/(1<<20)), "cpu-ms/MiB")
+		})
+	}
+}
+
+func benchLoopback(b *testing.B, reuse bool, ring int) {
+	l, err := Listen("127.0.0.1:0", ringConfig("server", 0, ring))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -32,7 +48,7 @@ func benchLoopback(b *testing.B, reuse bool) {
 		}
 		ch <- c
 	}()
-	cli, err := Dial(context.Background(), l.Addr().String(), testConfig("worker", 1))
+	cli, err := Dial(context.Background(), l.Addr().String(), ringConfig("worker", 1, ring))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -42,6 +58,9 @@ func benchLoopback(b *testing.B, reuse bool) {
 		b.FailNow()
 	}
 	defer srv.Close()
+	if want := ring == 0 && runtime.GOOS == "linux"; cli.SharedMemory() != want {
+		b.Fatalf("shared memory: %v, want %v", cli.SharedMemory(), want)
+	}
 
 	payload := make([]byte, benchFrame)
 	b.SetBytes(benchFrame)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -79,6 +80,40 @@ func TestLaunchScriptAllocator(t *testing.T) {
 	for env, want := range map[string]int{"GLIBC_TUNABLES=glibc.malloc.trim_threshold=0": 0, "LD_PRELOAD=/x/libjemalloc.so": 0, "PATH=/bin": 2} {
 		if got := len(allocatorEnv([]string{env})); got != want {
 			t.Errorf("allocatorEnv(%q): %d settings, want %d", env, got, want)
+		}
+	}
+}
+
+// TestLaunchSharedMemoryFlag: --shm=false reaches a training command as
+// AUTOBYTE_SHM=0 and every replay child as --shm=false (a child that did
+// not know the flag would fail the job); sums verify either way.
+func TestLaunchSharedMemoryFlag(t *testing.T) {
+	for flags, want := range map[string]string{"": "shm=", "--shm=false": "shm=0"} {
+		args := []string{"launch", "--workers", "1", "--arch", "allreduce"}
+		if flags != "" {
+			args = append(args, flags)
+		}
+		out, err := run(t, append(args, "--", "sh", "-c", `echo "shm=$AUTOBYTE_SHM"`)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(out); got != want {
+			t.Errorf("launch %s: %q, want %q", flags, got, want)
+		}
+	}
+	for _, arch := range [][]string{{"--servers", "1"}, {"--arch", "allreduce"}} {
+		args := append([]string{"launch", "--model", "toy3", "--compute-scale", "0.001", "--workers", "2", "--iterations", "3",
+			"--verify", "full", "--json", "--shm=false"}, arch...)
+		out, err := run(t, args...)
+		if err != nil {
+			t.Fatalf("%v: %v", arch, err)
+		}
+		var rep struct {
+			Verified bool  `json:"verified"`
+			Checked  int64 `json:"checked_elements"`
+		}
+		if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Verified || rep.Checked == 0 {
+			t.Fatalf("%v: sums not verified (%v):\n%s", arch, err, out)
 		}
 	}
 }
