@@ -345,6 +345,7 @@ func (c *shmConn) writev(bufs [][]byte) (int64, error) {
 		}
 		head += uint64(wrote)
 		total += int64(wrote)
+		raceReleaseRing()
 		c.out.head.Store(head)
 		if c.out.readerWaiting.CompareAndSwap(1, 0) {
 			if err := c.ring(doorbellData); err != nil {
@@ -400,6 +401,7 @@ func (c *shmConn) Read(b []byte) (int, error) {
 			return 0, c.corrupt("head and tail more than a ring apart", head, tail)
 		}
 		if avail := int(head - tail); avail > 0 {
+			raceAcquireRing()
 			n := min(avail, len(b))
 			a, z := ringSpan(c.inData, tail, n)
 			copy(b, a)
