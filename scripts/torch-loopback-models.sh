@@ -2,9 +2,9 @@
 # The plugin's own cost where communication is cheap: torchvision's
 # ResNet-18 and ResNet-50 through autobyte (ring all-reduce and 3 parameter
 # servers) against DDP, 3 workers on unshaped loopback (every process on
-# this machine), torch 2, medians of ROUNDS alternating rounds; DDP and the
-# ring also with glibc's default allocator settings (launch
-# --tune-malloc=false). Writes OUT/MODEL.json (scripts/torch_compare.py);
+# this machine), torch 2, medians of ROUNDS alternating rounds; autobyte
+# both through shared memory (the default between processes of one host)
+# and over TCP (launch --shm=false), as gloo is. Writes OUT/MODEL.json (scripts/torch_compare.py);
 # docs/pytorch.md "Where communication is cheap" holds the results.
 #
 #   scripts/torch-loopback-models.sh [OUT] [ROUNDS] [MODELS]
@@ -21,8 +21,8 @@ variants=(
   --variant "ddp=--arch allreduce | --backend ddp"
   --variant "ring=--arch allreduce $cfg | --backend autobyte"
   --variant "ps=--servers 3 $cfg | --backend autobyte"
-  --variant "ddp-glibc=--arch allreduce --tune-malloc=false | --backend ddp"
-  --variant "ring-glibc=--arch allreduce $cfg --tune-malloc=false | --backend autobyte"
+  --variant "ring-tcp=--arch allreduce $cfg --shm=false | --backend autobyte"
+  --variant "ps-tcp=--servers 3 $cfg --shm=false | --backend autobyte"
 )
 for spec in $models; do
   IFS=: read -r m iters warm <<<"$spec"
