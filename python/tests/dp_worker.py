@@ -203,6 +203,12 @@ def main():
     for name in names:
         out = a.out if len(names) == 1 or not a.out else "%s.%s" % (a.out, name)
         train(a, name, rank, world, out)
+    if a.backend == "ddp":
+        # Left to interpreter exit, gloo's threads are torn down while still
+        # joinable on torch 2.x ("terminate called without an active
+        # exception", SIGABRT after the run succeeded).
+        dist.barrier()
+        dist.destroy_process_group()
     print("done", rank, flush=True)
 
 

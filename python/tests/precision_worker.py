@@ -245,6 +245,10 @@ def main():
         torch.save(res, "%s.%s.rank%d" % (a.out, name, rank))
         if a.backend == "autobyte":
             ab.shutdown()
+    if a.backend == "ddp":
+        # See dp_worker.py: gloo must not be left to interpreter exit.
+        dist.barrier()
+        dist.destroy_process_group()
     print("done", rank, flush=True)
 
 
