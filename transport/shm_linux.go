@@ -114,12 +114,62 @@ func checkRingSize(n int) error {
 	return nil
 }
 
+// sweepOnce removes, before a process creates its first segment, the
+// segments of processes that died between creating theirs and unlinking it
+// (a segment is unlinked as soon as the handshake is answered, so only a
+// kill inside a handshake leaves one).
+var sweepOnce sync.Once
+
+// sweepStaleSegments removes the /dev/shm/autobyte-PID-* files whose PID
+// names no running process. A file of a live process in another PID
+// namespace that shares /dev/shm may go too; that handshake then falls back
+// to TCP (the server cannot open it), so nothing is lost.
+func sweepStaleSegments() (removed int) {
+	entries, err := os.ReadDir(shmDir)
+	if err != nil {
+		return 0
+	}
+	for _, e := range entries {
+		pid, ok := segmentPID(e.Name())
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			if unix.Unlink(filepath.Join(shmDir, e.Name())) == nil {
+				removed++
+			}
+		}
+	}
+	return removed
+}
+
+// segmentPID parses the PID out of a name createSegment makes.
+func segmentPID(name string) (int, bool) {
+	rest, ok := strings.CutPrefix(name, shmPrefix)
+	if !ok {
+		return 0, false
+	}
+	digits, _, ok := strings.Cut(rest, "-")
+	if !ok || digits == "" || len(digits) > 9 {
+		return 0, false
+	}
+	pid := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		pid = pid*10 + int(c-'0')
+	}
+	return pid, pid > 0
+}
+
 // createSegment creates, sizes (allocating every page now, so that a full
 // /dev/shm fails here rather than with SIGBUS later) and maps a segment.
 func createSegment(ring int) (*shmSegment, []byte, error) {
 	if err := checkRingSize(ring); err != nil {
 		return nil, nil, err
 	}
+	sweepOnce.Do(func() { sweepStaleSegments() })
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	path := filepath.Join(shmDir, fmt.Sprintf("%s%d-%s", shmPrefix, os.Getpid(), hex.EncodeToString(rnd[:])))

@@ -8,6 +8,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -278,6 +279,49 @@ func TestSharedMemoryRingSizeChecked(t *testing.T) {
 		_, err := Dial(context.Background(), "127.0.0.1:1", cfg)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("SharedMemoryRing %d out of range", n)) {
 			t.Fatalf("SharedMemoryRing %d: %v", n, err)
+		}
+	}
+}
+
+// A segment left by a process killed inside a handshake is removed by the
+// next process that creates one; segments of live processes and files that
+// are not segments stay.
+func TestStaleSegmentsSwept(t *testing.T) {
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	stale := filepath.Join(shmDir, fmt.Sprintf("%s%d-%s", shmPrefix, dead.Process.Pid, "0123456789abcdef"))
+	live := filepath.Join(shmDir, fmt.Sprintf("%s%d-%s", shmPrefix, os.Getpid(), "stale-test"))
+	other := filepath.Join(shmDir, shmPrefix+"x1-not-a-pid")
+	for _, p := range []string{stale, live, other} {
+		if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	if n := sweepStaleSegments(); n < 1 {
+		t.Errorf("sweep removed %d files, want at least the stale one", n)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("%s of dead process %d still there (stat: %v)", stale, dead.Process.Pid, err)
+	}
+	for _, p := range []string{live, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s was removed: %v", p, err)
+		}
+	}
+}
+
+func TestSegmentPID(t *testing.T) {
+	for name, want := range map[string]int{
+		"autobyte-123-abcd": 123, "autobyte-1-x": 1,
+		"autobyte--x": 0, "autobyte-12a-x": 0, "autobyte-123": 0, "autobyte-0-x": 0,
+		"other-123-x": 0, "autobyte-1234567890-x": 0,
+	} {
+		got, ok := segmentPID(name)
+		if ok != (want > 0) || got != want && ok {
+			t.Errorf("segmentPID(%q) = %d, %v; want %d", name, got, ok, want)
 		}
 	}
 }
