@@ -34,12 +34,14 @@ import (
 // accepts, and the client unlinks the file (the mappings stay). Frames are
 // then copied into and out of the rings exactly as they were written to
 // and read from the socket. The TCP connection stays open and carries one
-// byte per wake-up ("doorbells"): 'D' when a consumer that said it waits
-// (readerWaiting) has new bytes, 'S' when a producer that said it waits
-// (writerWaiting) has free space. A waiting reader parks in the poller on
-// that socket, so read deadlines, a peer that dies (EOF, reset) and a peer
-// that goes silent (no heartbeat within PeerTimeout) are noticed as they
-// are on plain TCP.
+// byte per wake-up of a reader ("doorbell" 'D', sent when a consumer that
+// said it waits, readerWaiting, has new bytes). A waiting reader parks in
+// the poller on that socket, so read deadlines, a peer that dies (EOF,
+// reset) and a peer that goes silent (no heartbeat within PeerTimeout) are
+// noticed as they are on plain TCP. A producer waiting for space
+// (writerWaiting) sleeps on a futex on that word in the shared mapping,
+// which the consumer wakes: it needs no reader of its own connection,
+// which may be busy elsewhere or absent (a one-way stream).
 //
 // The peer is authenticated but its memory is not trusted: a head or tail
 // position that would put more than a ring's size between them fails the
@@ -66,13 +68,17 @@ const (
 	shmCtrl0      = 128 // ring 0's control block; ring 1's is at shmCtrl0+shmCtrlSize
 	shmCtrlSize   = 256
 
-	doorbellData  = 'D'
-	doorbellSpace = 'S'
+	doorbellData = 'D'
 
-	// spacePoll bounds how long a producer waits for free space before
-	// looking again when no 'S' doorbell arrived: doorbells reach it only
-	// through its own connection's reader, which may be busy elsewhere.
-	spacePoll = time.Millisecond
+	// spaceWait bounds one wait of a producer for free space on the
+	// futex; it looks again after it whatever woke it (the consumer and
+	// Close wake it at once, so this is only a safety net).
+	spaceWait = 100 * time.Millisecond
+
+	// futex(2) operations on a word two processes share (no
+	// FUTEX_PRIVATE_FLAG).
+	futexWait = 0
+	futexWake = 1
 )
 
 // ringCtrl is a ring's control block in shared memory. The producer owns
@@ -251,7 +257,6 @@ type shmConn struct {
 	outData   []byte
 	inData    []byte
 	peer      string
-	space     chan struct{} // an 'S' doorbell arrived for our producer
 	closed    chan struct{}
 	closeOnce sync.Once
 	eof       bool // consumer only: the TCP side reached EOF
@@ -274,7 +279,6 @@ func sharedConn(sock *rawSocket, seg *shmSegment, ring int, peer string) (*shmCo
 		out: seg.ctrl(ring), in: seg.ctrl(1 - ring),
 		outData: seg.data(ring), inData: seg.data(1 - ring),
 		peer:   peer,
-		space:  make(chan struct{}, 1),
 		closed: make(chan struct{}),
 	}, nil
 }
@@ -305,6 +309,10 @@ func (c *shmConn) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		close(c.closed)
+		// A producer of ours waiting for space holds the mapping (it is a
+		// user), and one about to wait finds the word changed.
+		c.out.writerWaiting.Store(0)
+		wakeFutex(&c.out.writerWaiting)
 		err = c.rawSocket.Close()
 		c.mu.Lock()
 		c.isDone = true
@@ -407,14 +415,21 @@ func (c *shmConn) writev(bufs [][]byte) (int64, error) {
 }
 
 // waitSpace waits until the consumer has freed space in the outgoing ring,
-// the connection closes or the write deadline passes.
+// the connection closes or the write deadline passes. It sleeps on the
+// futex of the ring's writerWaiting word, which the consumer clears and
+// wakes after freeing space: a wake-up that needs no reader on our side.
 func (c *shmConn) waitSpace(head, size uint64) error {
 	c.out.writerWaiting.Store(1)
 	if head-c.out.tail.Load() < size {
-		c.out.writerWaiting.CompareAndSwap(1, 0) // a stray 'S' may follow; harmless
+		c.out.writerWaiting.CompareAndSwap(1, 0)
 		return nil
 	}
-	wait := spacePoll
+	select {
+	case <-c.closed:
+		return c.closedErr("write")
+	default:
+	}
+	wait := spaceWait
 	if dl := c.writeDeadline.Load(); dl != 0 {
 		left := time.Until(time.Unix(0, dl))
 		if left <= 0 {
@@ -422,15 +437,22 @@ func (c *shmConn) waitSpace(head, size uint64) error {
 		}
 		wait = min(wait, left)
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-c.space:
-	case <-t.C:
-	case <-c.closed:
-		return c.closedErr("write")
-	}
+	// Returns at once if the consumer (or Close) cleared the word since.
+	sleepFutex(&c.out.writerWaiting, 1, wait)
 	return nil
+}
+
+// sleepFutex sleeps while *word == val, at most d, or until woken. A
+// blocking system call: the Go scheduler moves other goroutines off this
+// thread meanwhile.
+func sleepFutex(word *atomic.Uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWait, uintptr(val), uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// wakeFutex wakes the one sleeper on word, if any; it never blocks.
+func wakeFutex(word *atomic.Uint32) {
+	unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(word)), futexWake, 1, 0, 0, 0)
 }
 
 // Read copies what the incoming ring holds into b, blocking on the TCP
@@ -458,9 +480,7 @@ func (c *shmConn) Read(b []byte) (int, error) {
 			copy(b[len(a):n], z)
 			c.in.tail.Store(tail + uint64(n))
 			if c.in.writerWaiting.CompareAndSwap(1, 0) {
-				if err := c.ring(doorbellSpace); err != nil {
-					return n, err
-				}
+				wakeFutex(&c.in.writerWaiting)
 			}
 			return n, nil
 		}
@@ -478,8 +498,8 @@ func (c *shmConn) Read(b []byte) (int, error) {
 	}
 }
 
-// waitDoorbell reads doorbells from the TCP connection: 'D' (bytes for us,
-// look again), 'S' (space for our producer). EOF is remembered: bytes the
+// waitDoorbell reads doorbells from the TCP connection ('D': bytes for us,
+// look again). EOF is remembered: bytes the
 // peer wrote before hanging up are still in the ring, so Read looks once
 // more before it reports EOF.
 func (c *shmConn) waitDoorbell() error {
@@ -487,13 +507,8 @@ func (c *shmConn) waitDoorbell() error {
 	for _, d := range c.doorbells[:n] {
 		switch d {
 		case doorbellData:
-		case doorbellSpace:
-			select {
-			case c.space <- struct{}{}:
-			default:
-			}
 		default:
-			return c.opError("read", fmt.Errorf("%s sent byte 0x%02x on a shared-memory connection's doorbell socket, want 'D' or 'S'", c.peer, d))
+			return c.opError("read", fmt.Errorf("%s sent byte 0x%02x on a shared-memory connection's doorbell socket, want 'D'", c.peer, d))
 		}
 	}
 	if errors.Is(err, io.EOF) {

@@ -139,6 +139,42 @@ func TestSharedMemoryStreamsThroughSmallRings(t *testing.T) {
 	}
 }
 
+// A producer waiting for space is woken by the consumer itself, not by a
+// reader of its own connection (a one-way stream has none) and not by its
+// safety-net timeout: 40 ring-fulls, each needing a wake-up, take far less
+// than 40 timeouts. Waking only on the timeout takes 40 * spaceWait (4 s).
+func TestSharedMemoryProducerWokenWithoutReader(t *testing.T) {
+	checkLeaks(t)
+	srv, cli := pair(t, ringConfig("server", 0, minSharedMemoryRing), ringConfig("worker", 1, minSharedMemoryRing))
+	if !cli.SharedMemory() {
+		t.Fatal("loopback connection does not share memory")
+	}
+	const frames = 40
+	payload := make([]byte, minSharedMemoryRing)
+	start := time.Now()
+	go func() {
+		for i := range frames {
+			if err := cli.Send(Frame{Header: Header{Kind: KindPush, Key: uint32(i)}, Payload: payload}); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	buf := make([]byte, len(payload))
+	for i := range frames {
+		f, err := srv.RecvInto(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Key != uint32(i) {
+			t.Fatalf("frame %d has key %d", i, f.Key)
+		}
+	}
+	if d, limit := time.Since(start), frames*spaceWait/4; d > limit {
+		t.Fatalf("%d ring-fulls one way took %v, want under %v: the producer waited for its timeout instead of being woken", frames, d, limit)
+	}
+}
+
 // A producer waiting for space in a full ring stops when the connection
 // fails: the peer dies, or we close.
 func TestSharedMemoryFullRingDoesNotHang(t *testing.T) {
