@@ -260,6 +260,10 @@ def train(args, model, batch_fn, loss_fn, extra=None):
         save = args.save + "." + ddp_sum if args.save and len(sums) > 1 else args.save
         result = train_once(args, model, batch_fn, loss_fn, extra, ddp_sum, save)
     if args.backend == "ddp":
+        # Every rank is past its last collective before any tears gloo down:
+        # torch 2.x's gloo can abort a rank ("terminate called without an
+        # active exception") whose peer destroyed the group first.
+        torch.distributed.barrier()
         torch.distributed.destroy_process_group()
     return result
 

@@ -101,8 +101,8 @@ type Config struct {
 	// OnOpen is called, on the engine's goroutine, when layer's gate opens
 	// for iteration (every tensor of the layer is in place; WaitLayer
 	// returns for it now), and OnStop once, with the reason, when the
-	// engine stops. Bindings that wait without entering Go use them. They
-	// must not block for long.
+	// engine stops, before Stop returns. Bindings that wait without
+	// entering Go use them. They must not block for long, nor call Stop.
 	OnOpen func(layer, iteration int)
 	OnStop func(err error)
 	// Observer, if set, is told about every piece (and, by Replay, every
@@ -268,9 +268,12 @@ func (e *Engine) Start(ctx context.Context) {
 		e.readers.Add(1)
 		go e.watch(c)
 	}
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go e.loop()
+	// Stop waits for this goroutine too: OnStop must not reach a binding
+	// after Stop returned (libautobyte would mark the next session stopped).
 	go func() {
+		defer e.wg.Done()
 		<-e.ctx.Done()
 		e.gateMu.Lock()
 		if e.failed == nil {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -562,6 +563,23 @@ func TestStopUnblocksWaitLayer(t *testing.T) {
 			t.Error("WaitLayer after Stop(nil) = nil, want an error saying the engine stopped")
 		}
 	})
+}
+
+// TestOnStopBeforeStopReturns: a binding that reuses its state for the next
+// session (libautobyte) must not hear the last session's OnStop after Stop
+// returned. The hook sleeps so that a Stop that does not wait for it loses
+// the race every time.
+func TestOnStopBeforeStopReturns(t *testing.T) {
+	for i := range 20 {
+		var heard atomic.Bool
+		cfg := Config{Workers: 1, Arch: AllReduce, Tensors: testTensors, Logger: quiet,
+			OnStop: func(error) { time.Sleep(time.Millisecond); heard.Store(true) }}
+		es := start(t, nil, []Config{cfg})
+		es[0].Stop(nil)
+		if !heard.Load() {
+			t.Fatalf("round %d: Stop returned before OnStop was called", i)
+		}
+	}
 }
 
 // TestStopReturns: Stop "ends the engine and waits for its goroutines";

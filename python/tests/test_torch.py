@@ -207,6 +207,28 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(AutobyteError, "Mine is not supported; autobyte applies each layer's update on its own"):
             ab.DistributedOptimizer(Mine(m.parameters(), lr=0.1), m)
 
+    def test_failed_setup_leaves_nothing_open(self):
+        # A session whose setup fails after the engine opened (here the
+        # broadcast) closes it: the next one opens, and no hook is left on
+        # the model.
+        from autobyte.torch.session import Session
+        m = self.model()
+        real = Session._broadcast
+
+        def broken(_self):
+            raise RuntimeError("planted broadcast failure")
+        Session._broadcast = broken
+        try:
+            with self.assertRaisesRegex(RuntimeError, "planted broadcast failure"):
+                ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        finally:
+            Session._broadcast = real
+        self.assertFalse(any(mod._forward_pre_hooks for mod in m.modules()), "forward pre-hooks left behind")
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        m(torch.randn(2, 4)).sum().backward()
+        opt.step()
+        opt.synchronize()
+
     def test_bad_backward_passes_per_step(self):
         m = self.model()
         for bad in (0, -1, 1.5, True, "2"):

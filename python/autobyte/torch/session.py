@@ -79,6 +79,23 @@ class Session:
             if self.timeline is not None:
                 self.timeline.close()
             raise
+        self.hooks, self.probes = [], []
+        try:
+            self._start(L, model, outer, inner, broadcast)
+        except BaseException as e:
+            # Nothing half-open stays behind: the process can open the next
+            # session (and the peers hear why this one ended).
+            for h in self.hooks + self.probes:
+                h.remove()
+            if self.timeline is not None:
+                self.timeline.close()
+            try:
+                self.engine.close(False, "worker %d: setting up the session failed: %s" % (rank, e))
+            except AutobyteError:
+                pass  # the engine had stopped already; the first error is e
+            raise
+
+    def _start(self, L, model, outer, inner, broadcast):
         self.state_tensor = L.state_tensor
 
         self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
@@ -103,7 +120,7 @@ class Session:
 
         if broadcast:
             self._broadcast()
-        self.hooks = [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
+        self.hooks += [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
         if inner is not None:
             self.hooks.append(outer.register_forward_pre_hook(hooks.eager(lambda *_: self.synchronize())))
         for mod in model.modules():
@@ -126,7 +143,8 @@ class Session:
         # ancestor that did.
         self.ran = set()
         probe = hooks.eager(self._probe)
-        self.probes = [m.register_forward_pre_hook(probe) for m in model.modules()] if inner is None else []
+        if inner is None:
+            self.probes += [m.register_forward_pre_hook(probe) for m in model.modules()]
 
     # Engine iteration 0 is the broadcast; training step k is k + 1.
     @staticmethod
