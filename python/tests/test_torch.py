@@ -229,6 +229,24 @@ class Errors(unittest.TestCase):
         opt.step()
         opt.synchronize()
 
+    def test_gradient_changed_after_backward(self):
+        # DDP code clips .grad between backward and step; here the sums
+        # are on their way by then, so the change is refused, not ignored.
+        for change in ("clip_grad_norm_", "zero_grad", "mul_"):
+            m = self.model()
+            opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+            m(torch.randn(2, 4)).sum().backward()
+            if change == "clip_grad_norm_":
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 1.0)
+            elif change == "zero_grad":
+                opt.zero_grad()
+            else:
+                m[2].bias.grad.mul_(0.5)
+            with self.assertRaisesRegex(AutobyteError, r"the gradient of [\w.]+ changed after backward sent it \(step 0\).*"
+                                        r"Call optimizer.sync_gradients\(\) after backward and before changing .grad", msg=change):
+                opt.step()
+            ab.shutdown()
+
     def test_bad_backward_passes_per_step(self):
         m = self.model()
         for bad in (0, -1, 1.5, True, "2"):
@@ -336,6 +354,29 @@ class OneProcess(unittest.TestCase):
             for (n, a), b in zip(sd1.items(), m2.state_dict().values()):
                 self.assertTrue(torch.equal(a, b), "%s, %s: %s vs %s" % (how, n, a, b))
             ab.shutdown()
+
+    def test_clipping_after_sync_gradients(self):
+        # The documented way to clip: sync_gradients() puts the averaged
+        # sums in .grad, clip_grad_norm_ scales them, step() applies them.
+        m1, m2 = self.model(), self.model()
+        o1 = ab.DistributedOptimizer(torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9), m1)
+        o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(3)
+        norms = []
+        for _ in range(5):
+            x = torch.randn(5, 4, generator=g)
+            for m, o in ((m1, o1), (m2, o2)):
+                o.zero_grad()
+                m(x).pow(2).sum().mul(10).backward()
+                if o is o1:
+                    o1.sync_gradients()
+                norms.append(float(torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)))
+                o.step()
+        self.assertEqual(norms[0::2], norms[1::2])
+        self.assertGreater(max(norms), 0.5, "the test must clip for real")
+        o1.synchronize()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
 
     def test_state_dict_and_load_mid_run(self):
         m1, m2 = self.model(), self.model()

@@ -70,7 +70,10 @@ taken and loaded at any step.
 
   sync_gradients() ends the step's communication and the next step()
   applies the whole update at once (as DDP does), instead of layer by layer
-  in the next forward; gradient clipping uses it the same way. An inf or
+  in the next forward. Gradient clipping (``clip_grad_norm_``) uses it the
+  same way: called between backward and step() without it, it would change
+  gradients whose sums are already on their way, so step() refuses any
+  ``.grad`` changed in place, replaced or zeroed after backward. An inf or
   NaN on any worker reaches every worker's sum, compressed or not. A
   GradScaler stepping a fused optimizer without it is refused.
 """

@@ -108,6 +108,9 @@ class Session:
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
+        # What each posted .grad was (its identity and in-place version):
+        # step() refuses a gradient changed after it was sent (see step).
+        self.grad_seen = [None] * len(self.params)
         self.applied = [-1] * L.layers  # last step applied, per layer
         self.applied_all = -1  # every layer applied through this step
         self.unapplied = {}  # step -> layers not yet applied
@@ -249,6 +252,7 @@ class Session:
                 f.zero_()
         self.engine.post(t, self._engine_iter(k), f.data_ptr(), f.numel())
         self.posted[t] = k
+        self.grad_seen[t] = None if g is None else (id(g), g._version)
         if self.timeline is not None:
             self.timeline.instant("post", "post", now(), step=k, layer=self.layout.layer_of[t], tensor=self.names[t])
 
@@ -385,6 +389,7 @@ class Session:
                                     "optimizer.sync_gradients() before scaler.step(optimizer), so that every worker "
                                     "checks the same gradients for inf/NaN" % type(self.opt).__name__)
             k = self.iteration
+            self._check_grads_unchanged(k)
             # Gradients not yet posted (a step after fewer backward passes
             # than backward_passes_per_step, or only no_sync() passes) are
             # synchronised now, as Horovod does, so that workers stay equal.
@@ -395,6 +400,25 @@ class Session:
                 self._delegate_silent_layers()
             self.iteration = k + 1
             self.passes = 0
+
+    def _check_grads_unchanged(self, k):
+        """Refuses a step whose gradients were changed after backward sent
+        them (gradient clipping, a hand-made scaling, zero_grad()): the
+        update would silently use the unchanged sums. Under DDP .grad holds
+        the averaged sum after backward, so such code works there; here it
+        must call sync_gradients() first. (Writes through .data escape
+        torch's version counter and this check.)"""
+        for t, p in enumerate(self.params):
+            if self.posted[t] != k:
+                continue
+            g, seen = p.grad, self.grad_seen[t]
+            if (None if g is None else (id(g), g._version)) != seen:
+                raise AutobyteError(
+                    "autobyte: the gradient of %s changed after backward sent it (step %d), e.g. by "
+                    "clip_grad_norm_ or zero_grad(): autobyte synchronises gradients while backward runs, "
+                    "so this update would ignore the change. Call optimizer.sync_gradients() after backward "
+                    "and before changing .grad (it puts the averaged sums in .grad, as DDP's backward does)"
+                    % (self.names[t], k))
 
     def sync_gradients(self):
         """Ends this step's synchronisation now: waits for every sum and
