@@ -378,6 +378,43 @@ class OneProcess(unittest.TestCase):
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
 
+    def test_parameters_computed_by_pre_hooks(self):
+        # weight_norm and spectral_norm compute the weight in a forward
+        # pre-hook and save their parameters for backward: the plugin's
+        # update must come before them (after them, backward failed with
+        # "modified by an inplace operation").
+        import warnings
+
+        def weight_norm(mod):
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)  # deprecated in torch 2, still used
+                torch.nn.utils.weight_norm(mod)
+        wrappers = [("weight_norm", weight_norm), ("spectral_norm", torch.nn.utils.spectral_norm)]
+        param = getattr(torch.nn.utils, "parametrizations", None)
+        if param is not None and hasattr(param, "weight_norm"):
+            wrappers.append(("parametrizations.weight_norm", param.weight_norm))
+        for name, wrap in wrappers:
+            ms = []
+            for _ in range(2):
+                m = self.model()
+                wrap(m[0])
+                wrap(m[2])
+                ms.append(m)
+            m1, m2 = ms
+            o1 = ab.DistributedOptimizer(torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9), m1)
+            o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+            g = torch.Generator().manual_seed(3)
+            for _ in range(4):
+                x = torch.randn(5, 4, generator=g)
+                for m, o in ((m1, o1), (m2, o2)):
+                    o.zero_grad()
+                    m(x).pow(2).sum().backward()
+                    o.step()
+            o1.synchronize()
+            for (n, a), b in zip(m1.state_dict().items(), m2.state_dict().values()):
+                self.assertTrue(torch.equal(a, b), "%s, %s: %s vs %s" % (name, n, a, b))
+            ab.shutdown()
+
     def test_state_dict_and_load_mid_run(self):
         m1, m2 = self.model(), self.model()
         o1 = ab.DistributedOptimizer(torch.optim.Adam(m1.parameters(), lr=0.01), m1)

@@ -37,6 +37,20 @@ def on_gradient(p, fn):
     return _NodeHook(node, node.register_hook(lambda *_: fn()))
 
 
+def before_forward(module, fn):
+    """Registers fn as a forward pre-hook of module that runs before the
+    module's other pre-hooks. Hooks that compute a parameter from others
+    (nn.utils.weight_norm, spectral_norm) run as pre-hooks and save those
+    parameters for backward; an update applied after them would change
+    saved tensors in place. Returns a handle with remove()."""
+    try:
+        return module.register_forward_pre_hook(fn, prepend=True)
+    except TypeError:  # torch 1.13: no prepend; the hooks are an OrderedDict
+        handle = module.register_forward_pre_hook(fn)
+        module._forward_pre_hooks.move_to_end(handle.id, last=False)
+        return handle
+
+
 def after_backward(fn):
     """Runs fn() once the current backward pass has finished (call it from
     inside the pass, e.g. from a gradient hook)."""

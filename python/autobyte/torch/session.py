@@ -125,10 +125,10 @@ class Session:
             self._broadcast()
         self.hooks += [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
         if inner is not None:
-            self.hooks.append(outer.register_forward_pre_hook(hooks.eager(lambda *_: self.synchronize())))
+            self.hooks.append(hooks.before_forward(outer, hooks.eager(lambda *_: self.synchronize())))
         for mod in model.modules():
             if id(mod) in L.module_layer and inner is None:
-                self.hooks.append(mod.register_forward_pre_hook(self._pre_forward([L.module_layer[id(mod)]])))
+                self.hooks.append(hooks.before_forward(mod, self._pre_forward([L.module_layer[id(mod)]])))
             # Reading or overwriting the parameters applies what is pending first.
             self.hooks.append(hooks.on_state_dict(mod, self.synchronize))
             self.hooks.append(hooks.on_load_state_dict(mod, self.synchronize))
@@ -336,7 +336,7 @@ class Session:
                 m = self.model
             extra.setdefault(id(m), []).append(layer)
         for mid, layers in extra.items():
-            self.hooks.append(by_id[mid].register_forward_pre_hook(self._pre_forward(layers)))
+            self.hooks.append(hooks.before_forward(by_id[mid], self._pre_forward(layers)))
 
     def _grad_of(self, t):
         # The summed flags: how many workers had a gradient for t.
