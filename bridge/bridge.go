@@ -82,6 +82,7 @@ type Request struct {
 //	AUTOBYTE_BANDWIDTH     shape this worker's links in-process (e.g. 1Gbps; default off)
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
+//	AUTOBYTE_RENDEZVOUS_TIMEOUT  fail, naming the missing members, when the job has not gathered this long (default 10m)
 //	AUTOBYTE_SHM           0 keeps connections to processes of this host on TCP (default 1: shared memory)
 //	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
 //	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
@@ -369,6 +370,13 @@ func netOf(get getenv, env cluster.Env) (job.Net, error) {
 			return n, fmt.Errorf("AUTOBYTE_PEER_TIMEOUT=%q: want a positive duration such as 5s", v)
 		}
 		n.PeerTimeout = d
+	}
+	if v := get("AUTOBYTE_RENDEZVOUS_TIMEOUT"); v != "" {
+		d, err := cluster.ParseRendezvousTimeout(v)
+		if err != nil {
+			return n, fmt.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT: %w", err)
+		}
+		n.RendezvousTimeout = d
 	}
 	switch v := get("AUTOBYTE_SHM"); v {
 	case "", "1", "on", "true":

@@ -114,6 +114,15 @@ func TestParseSettingsSharedMemory(t *testing.T) {
 	}
 }
 
+func TestParseSettingsRendezvousTimeout(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": 0, "90s": 90 * time.Second, "1h": time.Hour} {
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_RENDEZVOUS_TIMEOUT": v}))
+		if err != nil || st.Net.RendezvousTimeout != want {
+			t.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT=%q: %v, timeout %v; want %v (0: the cluster's default)", v, err, st.Net.RendezvousTimeout, want)
+		}
+	}
+}
+
 func TestParseSettingsErrors(t *testing.T) {
 	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
 	cases := []struct {
@@ -131,6 +140,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_PARTITION": "lots"}, twoTensors, `AUTOBYTE_PARTITION="lots"`},
 		{map[string]string{"AUTOBYTE_BANDWIDTH": "fast"}, twoTensors, `AUTOBYTE_BANDWIDTH="fast"`},
 		{map[string]string{"AUTOBYTE_PEER_TIMEOUT": "-1s"}, twoTensors, `AUTOBYTE_PEER_TIMEOUT="-1s"`},
+		{map[string]string{"AUTOBYTE_RENDEZVOUS_TIMEOUT": "forever"}, twoTensors, `AUTOBYTE_RENDEZVOUS_TIMEOUT: rendezvous timeout "forever"`},
 		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
 		{map[string]string{"AUTOBYTE_SHM": "maybe"}, twoTensors, `AUTOBYTE_SHM="maybe"`},
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},

@@ -77,14 +77,14 @@ func TestRendezvous(t *testing.T) {
 		errs := make(chan error, len(members))
 		for _, m := range members {
 			go func() {
-				_, c, err := Join(ctx, l.Addr().String(), m, cfg(m.Role, m.Rank))
+				_, c, err := Join(ctx, l.Addr().String(), m, cfg(m.Role, m.Rank), Patience{})
 				if c != nil {
 					defer c.Close()
 				}
 				errs <- err
 			}()
 		}
-		table, _, _, cerr := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, workers, servers)
+		table, _, _, cerr := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, workers, servers, Patience{})
 		var out []error
 		out = append(out, cerr)
 		for range members {

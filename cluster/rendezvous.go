@@ -5,9 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/autobyte/autobyte/transport"
 )
@@ -70,18 +75,162 @@ func FromLookup(def Env, get func(string) string) (Env, error) {
 	return e, nil
 }
 
+// DefaultRendezvousTimeout is how long a member waits for the whole job
+// to gather before it gives up: torchrun's default, long enough for hosts
+// that start minutes apart, short enough that a job missing a member does
+// not wait forever.
+const DefaultRendezvousTimeout = 10 * time.Minute
+
+// ParseRendezvousTimeout reads a rendezvous timeout such as "10m" or
+// "90s"; errors name the value.
+func ParseRendezvousTimeout(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("rendezvous timeout %q: want a positive duration such as 10m or 90s", v)
+	}
+	return d, nil
+}
+
+// DefaultProgressInterval is how often a waiting member says what it
+// waits for.
+const DefaultProgressInterval = 30 * time.Second
+
+// Patience bounds a rendezvous and reports on it while it waits.
+type Patience struct {
+	// Timeout ends the rendezvous with an error naming what is missing;
+	// 0 means DefaultRendezvousTimeout.
+	Timeout time.Duration
+	// Every is how often Log hears what is still awaited; 0 means
+	// DefaultProgressInterval.
+	Every time.Duration
+	// Log receives the progress messages (warn level); nil: none.
+	Log *slog.Logger
+}
+
+// RendezvousTimeoutError is a rendezvous that did not complete in time.
+type RendezvousTimeoutError struct {
+	Timeout time.Duration
+	// Waiting says what was still awaited, e.g. "worker 2 and server 0".
+	Waiting string
+	// Where is the coordinator's address.
+	Where string
+}
+
+func (e *RendezvousTimeoutError) Error() string {
+	return fmt.Sprintf("cluster: rendezvous at %s timed out after %v, still waiting for %s. A member did not start, or started with another MASTER_ADDR or MASTER_PORT; --rendezvous-timeout or AUTOBYTE_RENDEZVOUS_TIMEOUT waits longer", e.Where, e.Timeout, e.Waiting)
+}
+
+// watch bounds ctx by p's timeout and logs what waiting() says every
+// p.Every until stop is called. The returned context's cause on timeout is
+// a *RendezvousTimeoutError built from waiting() at that moment.
+func (p Patience) watch(ctx context.Context, where string, waiting func() string) (context.Context, func()) {
+	timeout, every := p.Timeout, p.Every
+	if timeout <= 0 {
+		timeout = DefaultRendezvousTimeout
+	}
+	if every <= 0 {
+		every = DefaultProgressInterval
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	start := time.Now()
+	timer := time.AfterFunc(timeout, func() {
+		cancel(&RendezvousTimeoutError{Timeout: timeout, Waiting: waiting(), Where: where})
+	})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	if p.Log != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(every)
+			defer tick.Stop()
+			for {
+				select {
+				case <-done:
+					return
+				case <-ctx.Done():
+					return
+				case <-tick.C:
+					p.Log.Warn("rendezvous: still waiting", "for", waiting(), "at", where,
+						"waited", time.Since(start).Round(time.Second).String(), "timeout", timeout.String())
+				}
+			}
+		}()
+	}
+	return ctx, func() {
+		timer.Stop()
+		close(done)
+		wg.Wait()
+		cancel(nil)
+	}
+}
+
+// rendezvousErr returns ctx's cause when ctx ended (a timeout names what
+// is missing), else err.
+func rendezvousErr(ctx context.Context, err error) error {
+	var te *RendezvousTimeoutError
+	if cause := context.Cause(ctx); errors.As(cause, &te) {
+		return te
+	}
+	return err
+}
+
+// listMembers writes "worker 1, worker 3 and server 0".
+func listMembers(names []string) string {
+	switch len(names) {
+	case 0:
+		return "nobody"
+	case 1:
+		return names[0]
+	}
+	if len(names) > 8 {
+		names = append(names[:8:8], fmt.Sprintf("%d more", len(names)-8))
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// plural writes "1 server" or "3 servers".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
 // Coordinate runs the rendezvous on rank 0's listener: it waits for the
 // other workers-1 workers and every server, checks that they agree with
 // self.Digest, and sends everyone the table. It returns the table and the
 // control connections, workers by rank (index 0 is nil) and servers by
-// index, which stay open for the job.
-func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers, servers int) (*Table, []*transport.Conn, []*transport.Conn, error) {
+// index, which stay open for the job. It gives up after p's timeout with
+// an error naming the members that did not register, and logs them every
+// p.Every meanwhile.
+func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers, servers int, p Patience) (*Table, []*transport.Conn, []*transport.Conn, error) {
 	t := &Table{Workers: make([]Member, workers), Servers: make([]Member, servers)}
 	wconns := make([]*transport.Conn, workers)
 	sconns := make([]*transport.Conn, servers)
 	t.Workers[0] = self
+	var mu sync.Mutex // guards wconns and sconns against waiting()
+	waiting := func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		var names []string
+		for r := 1; r < workers; r++ {
+			if wconns[r] == nil {
+				names = append(names, fmt.Sprintf("worker %d", r))
+			}
+		}
+		for s := range servers {
+			if sconns[s] == nil {
+				names = append(names, fmt.Sprintf("server %d", s))
+			}
+		}
+		return fmt.Sprintf("%s, of %s and %s", listMembers(names), plural(workers, "worker"), plural(servers, "server"))
+	}
+	ctx, stop := p.watch(ctx, l.Addr().String(), waiting)
+	defer stop()
 	var all []*transport.Conn
 	fail := func(err error) (*Table, []*transport.Conn, []*transport.Conn, error) {
+		err = rendezvousErr(ctx, err)
 		for _, c := range all {
 			_ = c.CloseWithReason(err.Error())
 		}
@@ -129,7 +278,9 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 		if *conn != nil {
 			return fail(fmt.Errorf("cluster: rendezvous: two processes registered as %s %d", m.Role, m.Rank))
 		}
+		mu.Lock()
 		*slot, *conn = m, c
+		mu.Unlock()
 	}
 	payload, err := json.Marshal(t)
 	if err != nil {
@@ -144,12 +295,21 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 }
 
 // Join registers self at the coordinator and returns the table and the
-// control connection to rank 0, which stays open for the job.
-func Join(ctx context.Context, coordinator string, self Member, cfg transport.Config) (*Table, *transport.Conn, error) {
+// control connection to rank 0, which stays open for the job. It gives up
+// after p's timeout, saying whether rank 0 never answered or answered and
+// was still waiting for other members, and logs which every p.Every.
+func Join(ctx context.Context, coordinator string, self Member, cfg transport.Config, p Patience) (*Table, *transport.Conn, error) {
+	var phase atomic.Pointer[string]
+	dialing := "rank 0 to accept us: it is not listening yet"
+	phase.Store(&dialing)
+	ctx, stop := p.watch(ctx, coordinator, func() string { return *phase.Load() })
+	defer stop()
 	c, err := transport.Dial(ctx, coordinator, cfg)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster: joining the job at %s: %w", coordinator, err)
+		return nil, nil, rendezvousErr(ctx, fmt.Errorf("cluster: joining the job at %s: %w", coordinator, err))
 	}
+	registered := "the member table from rank 0: we registered, and rank 0 waits for other members (its log names them)"
+	phase.Store(&registered)
 	payload, err := json.Marshal(self)
 	if err != nil {
 		return nil, nil, err
@@ -172,7 +332,7 @@ func Join(ctx context.Context, coordinator string, self Member, cfg transport.Co
 	case r = <-got:
 	case <-ctx.Done():
 		c.Close()
-		return nil, nil, fmt.Errorf("cluster: waiting for the member table from %s: %w", coordinator, context.Cause(ctx))
+		return nil, nil, rendezvousErr(ctx, fmt.Errorf("cluster: waiting for the member table from %s: %w", coordinator, context.Cause(ctx)))
 	}
 	if r.err != nil {
 		c.Close()

@@ -22,6 +22,46 @@ func cleanEnv() []string {
 	return env
 }
 
+// TestRendezvousTimeout: a worker whose rank 0 never starts (nobody
+// listens at the master's port), and a rank 0 whose other members never
+// come, exit 1 after --rendezvous-timeout, saying what they waited for.
+func TestRendezvousTimeout(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1"}, "still waiting for rank 0 to accept us: it is not listening yet"},
+		{[]string{"worker", "--rank=0", "--workers=3", "--servers=1", "--model=toy3", "--token=x", "--master=127.0.0.1:0"}, "still waiting for worker 1, worker 2 and server 0, of 3 workers and 1 server"},
+	} {
+		cmd := exec.Command(bin, append(c.args, "--rendezvous-timeout=1s")...)
+		cmd.Env = cleanEnv()
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		began := time.Now()
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Fatalf("%v: still running after 15 s with a 1 s rendezvous timeout", c.args)
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 1 {
+			t.Errorf("%v: exit status %d, want 1", c.args, code)
+		}
+		if took := time.Since(began); took < time.Second {
+			t.Errorf("%v: gave up after %v, before its 1 s timeout", c.args, took)
+		}
+		if !strings.Contains(stderr.String(), "timed out after 1s") || !strings.Contains(stderr.String(), c.want) {
+			t.Errorf("%v: stderr %q does not say it timed out waiting for %q", c.args, stderr.String(), c.want)
+		}
+	}
+}
+
 // TestCLIErrors: bad command lines exit 1 at once with one line naming
 // the problem, and start nothing.
 func TestCLIErrors(t *testing.T) {
@@ -41,6 +81,7 @@ func TestCLIErrors(t *testing.T) {
 		{[]string{"worker", "--rank=0", "--workers=2", "--model=toy3"}, []string{"--master"}},
 		{[]string{"server", "--index=0", "--workers=2", "--model=toy3", "--master=127.0.0.1:1"}, []string{"token", "--token"}},
 		{[]string{"server", "--index=0", "--workers=2", "--model=toy3", "--token=x"}, []string{"--master"}},
+		{[]string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1", "--rendezvous-timeout=0s"}, []string{"--rendezvous-timeout", "0s"}},
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
@@ -144,6 +145,10 @@ type Net struct {
 	RateAt func(iteration int) float64
 	// PeerTimeout bounds how long a silent peer is tolerated (default 5 s).
 	PeerTimeout time.Duration
+	// RendezvousTimeout bounds the wait for every member of the job to
+	// register (default cluster.DefaultRendezvousTimeout); meanwhile
+	// Logger hears every 30 s which members are still awaited.
+	RendezvousTimeout time.Duration
 	// TLS, if set, wraps every connection in (mutual) TLS.
 	TLS *tls.Config
 	// NoSharedMemory keeps connections between processes of one host on
@@ -151,6 +156,11 @@ type Net struct {
 	// (transport.Config.SharedMemoryRing).
 	NoSharedMemory bool
 	Logger         *slog.Logger
+}
+
+// patience bounds and reports this process's rendezvous.
+func (n Net) patience() cluster.Patience {
+	return cluster.Patience{Timeout: n.RendezvousTimeout, Log: n.Logger}
 }
 
 func (n Net) transport(role string, rank int) (transport.Config, error) {

@@ -37,7 +37,7 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 	defer l.Close()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.ServerDigest()}
-	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg)
+	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg, n.patience())
 	if err != nil {
 		return sum, err
 	}

@@ -269,7 +269,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous on port %s (master %s): %w", port, n.Master, err)
 		}
 		var wctl, sctl []*transport.Conn
-		table, wctl, sctl, err = cluster.Coordinate(ctx, l, self, spec.Workers, spec.Servers)
+		table, wctl, sctl, err = cluster.Coordinate(ctx, l, self, spec.Workers, spec.Servers, n.patience())
 		l.Close()
 		if err != nil {
 			return nil, err
@@ -280,7 +280,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 		w.ctlServers = sctl
 	} else {
 		var ctl *transport.Conn
-		table, ctl, err = cluster.Join(ctx, n.Master, self, cfg)
+		table, ctl, err = cluster.Join(ctx, n.Master, self, cfg, n.patience())
 		if err != nil {
 			return nil, err
 		}

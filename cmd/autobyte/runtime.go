@@ -29,6 +29,7 @@ import (
 type netFlags struct {
 	master, listen, token string
 	peerTimeout           time.Duration
+	rendezvousTimeout     time.Duration
 	logLevel              string
 	shape                 bool
 	shm                   bool
@@ -41,6 +42,7 @@ func (n *netFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&n.listen, "listen", "", "address to accept data connections on (default :0, any interface, a free port)")
 	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
 	fs.DurationVar(&n.peerTimeout, "peer-timeout", 5*time.Second, "fail when a peer is silent (no heartbeat) this long")
+	fs.DurationVar(&n.rendezvousTimeout, "rendezvous-timeout", cluster.DefaultRendezvousTimeout, "fail, naming the missing members, when the job has not gathered this long after start (default: $AUTOBYTE_RENDEZVOUS_TIMEOUT, else 10m)")
 	fs.StringVar(&n.logLevel, "log-level", "warn", "log level: debug, info, warn, error")
 	fs.StringVar(&n.tls.cert, "tls-cert", "", "TLS: this process's certificate (PEM); with --tls-key and --tls-ca every connection uses mutual TLS")
 	fs.StringVar(&n.tls.key, "tls-key", "", "TLS: the certificate's private key (PEM)")
@@ -69,6 +71,10 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	if err != nil {
 		return out, err
 	}
+	rendezvous, err := n.rendezvous()
+	if err != nil {
+		return out, err
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	if !n.shape {
 		bandwidth = 0
@@ -77,7 +83,25 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	if err != nil {
 		return out, err
 	}
-	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout, Logger: log, TLS: tc, NoSharedMemory: !n.shm}, nil
+	return job.Net{Master: master, Listen: n.listen, Token: token, BandwidthBps: bandwidth, PeerTimeout: n.peerTimeout,
+		RendezvousTimeout: rendezvous, Logger: log, TLS: tc, NoSharedMemory: !n.shm}, nil
+}
+
+// rendezvous is --rendezvous-timeout, or $AUTOBYTE_RENDEZVOUS_TIMEOUT when
+// the flag was left at its default.
+func (n *netFlags) rendezvous() (time.Duration, error) {
+	d := n.rendezvousTimeout
+	if v := os.Getenv("AUTOBYTE_RENDEZVOUS_TIMEOUT"); v != "" && d == cluster.DefaultRendezvousTimeout {
+		env, err := cluster.ParseRendezvousTimeout(v)
+		if err != nil {
+			return 0, fmt.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT: %w", err)
+		}
+		d = env
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("--rendezvous-timeout must be > 0, got %v", d)
+	}
+	return d, nil
 }
 
 // processFlags checks the flags every process of a job takes (and launch
