@@ -67,7 +67,8 @@ type Request struct {
 // Settings is a scripted worker's configuration, read from the environment
 // the launcher (or torchrun) sets, with Request.Settings taking precedence:
 //
-//	RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT   rendezvous (rank 0 listens on MASTER_PORT)
+//	RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT   rendezvous: rank 0 listens at MASTER_PORT+1 (torch.distributed owns MASTER_PORT)
+//	AUTOBYTE_MASTER_PORT   where rank 0 listens instead of MASTER_PORT+1
 //	AUTOBYTE_TOKEN         shared secret of the job
 //	AUTOBYTE_ARCH          ps or allreduce (default: ps if AUTOBYTE_SERVERS > 0, else allreduce)
 //	AUTOBYTE_SERVERS       parameter servers (ps)
@@ -328,7 +329,7 @@ func profileOf(ts []Tensor) (*model.Profile, error) {
 
 func netOf(get getenv, env cluster.Env) (job.Net, error) {
 	var n job.Net
-	addr, port, world := env.MasterAddr, env.MasterPort, env.WorldSize
+	addr, port, world := env.MasterAddr, env.Port, env.WorldSize
 	switch {
 	case addr == "" && world == 1:
 		addr = "127.0.0.1"
@@ -336,16 +337,14 @@ func netOf(get getenv, env cluster.Env) (job.Net, error) {
 		return n, fmt.Errorf("MASTER_ADDR is not set (rank 0's address; %d workers need a rendezvous)", world)
 	}
 	switch {
-	case get("MASTER_PORT") == "" && world > 1:
-		return n, fmt.Errorf("MASTER_PORT is not set (the port rank 0 listens on for the rendezvous)")
-	case get("MASTER_PORT") == "":
+	case port == 0 && world > 1:
+		return n, fmt.Errorf("MASTER_PORT is not set (rank 0 listens at MASTER_PORT+1 for autobyte's rendezvous, or at AUTOBYTE_MASTER_PORT)")
+	case port == 0:
 		p, err := cluster.FreePort()
 		if err != nil {
 			return n, err
 		}
 		port = p
-	case port < 1 || port > 65535:
-		return n, fmt.Errorf("MASTER_PORT=%q is not a port number", get("MASTER_PORT"))
 	}
 	n.Master = net.JoinHostPort(addr, strconv.Itoa(port))
 	n.Token = get("AUTOBYTE_TOKEN")

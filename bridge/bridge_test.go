@@ -52,8 +52,8 @@ func TestParseSettingsDefaults(t *testing.T) {
 	if st.Spec.Sched.PartitionBytes != 1_000_000 || st.Spec.Sched.CreditBytes != 8_000_000 {
 		t.Fatalf("sched %+v: want partition 1MB and the request's credit 8MB over the environment's", st.Spec.Sched)
 	}
-	if st.Net.Master != "10.0.0.1:29500" || st.Net.BandwidthBps != 125e6 {
-		t.Fatalf("net %+v: want master 10.0.0.1:29500 and 125e6 B/s", st.Net)
+	if st.Net.Master != "10.0.0.1:29501" || st.Net.BandwidthBps != 125e6 { // MASTER_PORT+1: torch.distributed owns MASTER_PORT
+		t.Fatalf("net %+v: want master 10.0.0.1:29501 and 125e6 B/s", st.Net)
 	}
 	if st.EngineTrace != "" {
 		t.Fatalf("engine trace %q without AUTOBYTE_TRACE", st.EngineTrace)
@@ -153,6 +153,7 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h"}, twoTensors, "MASTER_PORT is not set"},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "99999"}, twoTensors, `MASTER_PORT="99999"`},
+		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1", "AUTOBYTE_MASTER_PORT": "70000"}, twoTensors, `AUTOBYTE_MASTER_PORT="70000"`},
 		{map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"}, twoTensors, "AUTOBYTE_TOKEN is not set"},
 		{multi, nil, "no tensors"},
 		{multi, []Tensor{{Name: "a", Layer: 0, Elems: 0}}, `tensor 0 "a": 0 elements`},
@@ -253,7 +254,7 @@ func runSessions(t *testing.T, settings string, iterations int) []*Session {
 		go func() {
 			defer wg.Done()
 			env := map[string]string{"RANK": strconv.Itoa(r), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
-				"MASTER_PORT": strconv.Itoa(port), "AUTOBYTE_TOKEN": "tok", "AUTOBYTE_LISTEN": "127.0.0.1:0"}
+				"AUTOBYTE_MASTER_PORT": strconv.Itoa(port), "AUTOBYTE_TOKEN": "tok", "AUTOBYTE_LISTEN": "127.0.0.1:0"}
 			sessions[r], errs[r] = Open(ctx, []byte(req), envOf(env), Hooks{})
 		}()
 	}

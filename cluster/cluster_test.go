@@ -50,9 +50,25 @@ func TestFromEnv(t *testing.T) {
 	t.Setenv("RANK", "3")
 	t.Setenv("WORLD_SIZE", "8")
 	e, err := FromEnv(Env{})
-	if err != nil || e != (Env{MasterAddr: "10.0.0.1", MasterPort: 29500, Rank: 3, WorldSize: 8}) {
+	if err != nil || e != (Env{MasterAddr: "10.0.0.1", MasterPort: 29500, Port: 29501, Rank: 3, WorldSize: 8}) {
 		t.Fatalf("FromEnv = %+v, %v", e, err)
 	}
+	t.Setenv("AUTOBYTE_MASTER_PORT", "7777")
+	if e, err := FromEnv(Env{}); err != nil || e.Port != 7777 || e.MasterPort != 29500 {
+		t.Errorf("AUTOBYTE_MASTER_PORT=7777: %+v, %v; want port 7777 beside MASTER_PORT 29500", e, err)
+	}
+	for _, bad := range []string{"0", "65536", "x"} {
+		t.Setenv("AUTOBYTE_MASTER_PORT", bad)
+		if _, err := FromEnv(Env{}); err == nil || !strings.Contains(err.Error(), `AUTOBYTE_MASTER_PORT="`+bad+`"`) {
+			t.Errorf("AUTOBYTE_MASTER_PORT=%s: %v, want an error naming it", bad, err)
+		}
+	}
+	t.Setenv("AUTOBYTE_MASTER_PORT", "")
+	t.Setenv("MASTER_PORT", "65535")
+	if _, err := FromEnv(Env{}); err == nil || !strings.Contains(err.Error(), `MASTER_PORT="65535"`) || !strings.Contains(err.Error(), "AUTOBYTE_MASTER_PORT") {
+		t.Errorf("MASTER_PORT=65535: %v, want an error naming it and AUTOBYTE_MASTER_PORT", err)
+	}
+	t.Setenv("MASTER_PORT", "29500")
 	t.Setenv("RANK", "three")
 	if _, err := FromEnv(Env{}); err == nil || !strings.Contains(err.Error(), `RANK="three"`) {
 		t.Errorf("bad RANK: %v", err)

@@ -3,7 +3,10 @@
 // table, and the control messages that travel on transport.KindControl
 // frames. It follows the usual launcher conventions (MASTER_ADDR,
 // MASTER_PORT, RANK, WORLD_SIZE) so jobs run under torchrun-style
-// launchers, Slurm or Kubernetes.
+// launchers, Slurm or Kubernetes. Rank 0 listens at MASTER_PORT+1 (or
+// AUTOBYTE_MASTER_PORT), since torch.distributed owns MASTER_PORT: under
+// torchrun its agent listens there, and a script may call
+// init_process_group beside autobyte.
 //
 // It knows nothing of summation, rings or scheduling decisions.
 package cluster

@@ -44,13 +44,20 @@ type Table struct {
 // Env is the rendezvous information in the usual launcher conventions.
 type Env struct {
 	MasterAddr string
+	// MasterPort is MASTER_PORT: torch.distributed's port. torchrun's
+	// agent, or a script's init_process_group, listens there, so autobyte
+	// must not.
 	MasterPort int
-	Rank       int
-	WorldSize  int
+	// Port is where rank 0 listens for autobyte's own rendezvous:
+	// AUTOBYTE_MASTER_PORT, else MASTER_PORT+1; 0 when neither is set.
+	Port      int
+	Rank      int
+	WorldSize int
 }
 
-// FromEnv reads MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE; a missing
-// variable leaves its field as in def. Errors name the variable and value.
+// FromEnv reads MASTER_ADDR, MASTER_PORT, AUTOBYTE_MASTER_PORT, RANK and
+// WORLD_SIZE; a missing variable leaves its field as in def (Port follows
+// MasterPort). Errors name the variable and value.
 func FromEnv(def Env) (Env, error) { return FromLookup(def, os.Getenv) }
 
 // FromLookup is FromEnv with the variables looked up by get (e.g. a
@@ -71,6 +78,18 @@ func FromLookup(def Env, get func(string) string) (Env, error) {
 			}
 			*x.dst = n
 		}
+	}
+	if v := get("AUTOBYTE_MASTER_PORT"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 65535 {
+			return e, fmt.Errorf("environment AUTOBYTE_MASTER_PORT=%q is not a port number (1-65535)", v)
+		}
+		e.Port = n
+	} else if get("MASTER_PORT") != "" || e.Port == 0 && e.MasterPort != 0 {
+		if e.MasterPort < 1 || e.MasterPort > 65534 {
+			return e, fmt.Errorf("environment MASTER_PORT=%q: autobyte's rendezvous listens at MASTER_PORT+1, which must be a port number; set AUTOBYTE_MASTER_PORT to choose another", strconv.Itoa(e.MasterPort))
+		}
+		e.Port = e.MasterPort + 1
 	}
 	return e, nil
 }
@@ -117,7 +136,7 @@ type RendezvousTimeoutError struct {
 }
 
 func (e *RendezvousTimeoutError) Error() string {
-	return fmt.Sprintf("cluster: rendezvous at %s timed out after %v, still waiting for %s. A member did not start, or started with another MASTER_ADDR or MASTER_PORT; --rendezvous-timeout or AUTOBYTE_RENDEZVOUS_TIMEOUT waits longer", e.Where, e.Timeout, e.Waiting)
+	return fmt.Sprintf("cluster: rendezvous at %s timed out after %v, still waiting for %s. A member did not start, or started with another MASTER_ADDR, MASTER_PORT or AUTOBYTE_MASTER_PORT; --rendezvous-timeout or AUTOBYTE_RENDEZVOUS_TIMEOUT waits longer", e.Where, e.Timeout, e.Waiting)
 }
 
 // watch bounds ctx by p's timeout and logs what waiting() says every
@@ -300,7 +319,7 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 // was still waiting for other members, and logs which every p.Every.
 func Join(ctx context.Context, coordinator string, self Member, cfg transport.Config, p Patience) (*Table, *transport.Conn, error) {
 	var phase atomic.Pointer[string]
-	dialing := "rank 0 to accept us: it is not listening yet"
+	dialing := "rank 0's autobyte engine to answer: none has yet"
 	phase.Store(&dialing)
 	ctx, stop := p.watch(ctx, coordinator, func() string { return *phase.Load() })
 	defer stop()
@@ -351,4 +370,4 @@ func Join(ctx context.Context, coordinator string, self Member, cfg transport.Co
 }
 
 // ErrNoCoordinator is returned when no rendezvous address is known.
-var ErrNoCoordinator = errors.New("cluster: no coordinator address: set MASTER_ADDR and MASTER_PORT or pass --master")
+var ErrNoCoordinator = errors.New("cluster: no coordinator address: set MASTER_ADDR and MASTER_PORT (autobyte's rank 0 listens at MASTER_PORT+1, or at AUTOBYTE_MASTER_PORT) or pass --master")

@@ -91,7 +91,7 @@ func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
 	start := time.Now()
 	_, _, err = Join(context.Background(), addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: 400 * time.Millisecond})
 	var te *RendezvousTimeoutError
-	if !errors.As(err, &te) || !strings.Contains(err.Error(), "rank 0 to accept us: it is not listening yet") || !strings.Contains(err.Error(), addr) {
+	if !errors.As(err, &te) || !strings.Contains(err.Error(), "rank 0's autobyte engine to answer: none has yet") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Join: got %v, want a timeout naming %s and saying rank 0 is not listening", err, addr)
 	}
 	if took := time.Since(start); took > 3*time.Second {

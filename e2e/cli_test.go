@@ -14,7 +14,7 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "AUTOBYTE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE":
+		case "AUTOBYTE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "AUTOBYTE_MASTER_PORT", "RANK", "WORLD_SIZE":
 			continue
 		}
 		env = append(env, kv)
@@ -30,7 +30,7 @@ func TestRendezvousTimeout(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1"}, "still waiting for rank 0 to accept us: it is not listening yet"},
+		{[]string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1"}, "still waiting for rank 0's autobyte engine to answer: none has yet"},
 		{[]string{"worker", "--rank=0", "--workers=3", "--servers=1", "--model=toy3", "--token=x", "--master=127.0.0.1:0"}, "still waiting for worker 1, worker 2 and server 0, of 3 workers and 1 server"},
 	} {
 		cmd := exec.Command(bin, append(c.args, "--rendezvous-timeout=1s")...)

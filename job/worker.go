@@ -266,7 +266,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 		}
 		l, err := transport.Listen(net.JoinHostPort("", port), cfg)
 		if err != nil {
-			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous on port %s (master %s): %w", port, n.Master, err)
+			return nil, fmt.Errorf("job: rank 0 cannot listen for the rendezvous on port %s (master %s; AUTOBYTE_MASTER_PORT or --master picks another port, the same for every process of the job): %w", port, n.Master, err)
 		}
 		var wctl, sctl []*transport.Conn
 		table, wctl, sctl, err = cluster.Coordinate(ctx, l, self, spec.Workers, spec.Servers, n.patience())

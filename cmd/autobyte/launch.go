@@ -164,8 +164,10 @@ the failed process's error.`,
 With a command after --, launch runs that command (a training script using
 the PyTorch plugin, python/autobyte) as every worker instead of replaying a
 model: it starts the parameter servers (--arch ps) and the script with
-RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, AUTOBYTE_* (the scheduling
-flags) and GLOO_SOCKET_IFNAME set, so torch DDP runs with the same command.
+RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT (for the script's own
+torch.distributed), AUTOBYTE_MASTER_PORT (autobyte's rendezvous),
+AUTOBYTE_* (the scheduling flags) and GLOO_SOCKET_IFNAME set, so torch DDP
+runs with the same command.
 Rank 0's output goes to stdout; the others' to stderr, prefixed. If one
 process fails, the rest are stopped within a few seconds.`
 	cmd.Flags().Bool("tune-malloc", true, "give a training command glibc allocator settings that keep freed memory for reuse "+
@@ -383,6 +385,24 @@ func freePort() (int, error) {
 		return 0, fmt.Errorf("launch: %w", err)
 	}
 	return port, nil
+}
+
+// twoFreePorts returns two different free ports.
+func twoFreePorts() (int, int, error) {
+	a, err := freePort()
+	if err != nil {
+		return 0, 0, err
+	}
+	for range 100 {
+		b, err := freePort()
+		if err != nil {
+			return 0, 0, err
+		}
+		if b != a {
+			return a, b, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("launch: no second free port besides %d", a)
 }
 
 // childArgs is the command line of an autobyte child of a job: its role

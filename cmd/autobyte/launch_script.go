@@ -50,9 +50,11 @@ func allocatorEnv(env []string) []string {
 
 // scriptEnv is the environment of worker rank of a scripted job: the
 // torchrun conventions (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-// MASTER_PORT) plus the AUTOBYTE_* settings the plugin reads (see package
-// bridge), and what gloo needs to run torch DDP with the same command.
-func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, masterPort int, token string) []string {
+// MASTER_PORT: torchPort, for the script's own torch.distributed) plus
+// AUTOBYTE_MASTER_PORT (masterPort, autobyte's rendezvous) and the other
+// AUTOBYTE_* settings the plugin reads (see package bridge), and what gloo
+// needs to run torch DDP with the same command.
+func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, masterPort, torchPort int, token string) []string {
 	env := os.Environ()
 	set := func(k, v string) { env = append(env, k+"="+v) }
 	set("RANK", strconv.Itoa(rank))
@@ -60,7 +62,8 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 	set("LOCAL_RANK", strconv.Itoa(rank))
 	set("LOCAL_WORLD_SIZE", strconv.Itoa(spec.Workers))
 	set("MASTER_ADDR", masterHost)
-	set("MASTER_PORT", strconv.Itoa(masterPort))
+	set("MASTER_PORT", strconv.Itoa(torchPort))
+	set("AUTOBYTE_MASTER_PORT", strconv.Itoa(masterPort))
 	set("AUTOBYTE_TOKEN", token)
 	if spec.Arch == worker.PS {
 		set("AUTOBYTE_ARCH", "ps")
@@ -170,12 +173,15 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	if err != nil {
 		return err
 	}
-	masterHost, masterPort := "127.0.0.1", 0
+	// The script's torch.distributed (DDP, or a metrics all-reduce beside
+	// autobyte) listens at MASTER_PORT, autobyte's rank 0 at
+	// AUTOBYTE_MASTER_PORT: two ports, so that both can run in one job.
+	masterHost, masterPort, torchPort := "127.0.0.1", 0, 0
 	listen := func(int) string { return "127.0.0.1:0" }
 	if lc.bed != nil {
-		masterHost, masterPort = lc.bed.Hosts[spec.Servers].IP, 29500
+		masterHost, torchPort, masterPort = lc.bed.Hosts[spec.Servers].IP, 29500, 29501
 		listen = func(host int) string { return net.JoinHostPort(lc.bed.Hosts[host].IP, "0") }
-	} else if masterPort, err = freePort(); err != nil {
+	} else if masterPort, torchPort, err = twoFreePorts(); err != nil {
 		return err
 	}
 	master := net.JoinHostPort(masterHost, strconv.Itoa(masterPort))
@@ -197,7 +203,7 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	for r := 0; r < spec.Workers; r++ {
 		name := fmt.Sprintf("worker %d", r)
 		c := &supervise.Child{Name: name, Cmd: command(spec.Servers+r, argv[0], argv[1:]...), OnStderr: lineTo(errOut, "["+name+"] ")}
-		c.Cmd.Env = scriptEnv(spec, lc, r, masterHost, masterPort, token)
+		c.Cmd.Env = scriptEnv(spec, lc, r, masterHost, masterPort, torchPort, token)
 		c.OnStdout = lineTo(errOut, "["+name+"] ")
 		if r == 0 {
 			c.OnStdout = lineTo(out, "")

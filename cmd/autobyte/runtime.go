@@ -38,7 +38,7 @@ type netFlags struct {
 
 func (n *netFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
-	fs.StringVar(&n.master, "master", "", "rendezvous address host:port (default: $MASTER_ADDR:$MASTER_PORT)")
+	fs.StringVar(&n.master, "master", "", "rendezvous address host:port (default: $MASTER_ADDR and $AUTOBYTE_MASTER_PORT, else $MASTER_PORT+1: torch.distributed owns MASTER_PORT)")
 	fs.StringVar(&n.listen, "listen", "", "address to accept data connections on (default :0, any interface, a free port)")
 	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
 	fs.DurationVar(&n.peerTimeout, "peer-timeout", 5*time.Second, "fail when a peer is silent (no heartbeat) this long")
@@ -55,10 +55,10 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 	var out job.Net
 	master := n.master
 	if master == "" {
-		if env.MasterAddr == "" || env.MasterPort == 0 {
+		if env.MasterAddr == "" || env.Port == 0 {
 			return out, cluster.ErrNoCoordinator
 		}
-		master = net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
+		master = net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.Port))
 	}
 	token := n.token
 	if token == "" {
@@ -210,7 +210,8 @@ func newWorkerCmd() *cobra.Command {
 		Long: `worker replays a model profile's per-layer compute (scaled by --compute-scale)
 and sends real gradient data through the scheduling core and the transport, so
 it benchmarks a cluster for any zoo model or profile. Rank 0 is the
-coordinator: it listens at --master (or $MASTER_ADDR:$MASTER_PORT). The rank
+coordinator: it listens at --master (or $MASTER_ADDR, port $AUTOBYTE_MASTER_PORT,
+else $MASTER_PORT+1, since torch.distributed owns MASTER_PORT). The rank
 comes from --rank or $RANK, the number of workers from --workers or
 $WORLD_SIZE.`,
 		Args: cobra.NoArgs,

@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	role := fs.String("role", "", "empty: the whole cluster in this process; worker or server: this process only")
 	rank := fs.Int("rank", 0, "this worker's rank (--role worker; default $RANK)")
 	index := fs.Int("index", 0, "this server's index (--role server)")
-	master := fs.String("master", "", "rendezvous address host:port, rank 0 listens there (default $MASTER_ADDR:$MASTER_PORT)")
+	master := fs.String("master", "", "rendezvous address host:port, rank 0 listens there (default $MASTER_ADDR and $AUTOBYTE_MASTER_PORT, else $MASTER_PORT+1)")
 	listen := fs.String("listen", "", "where a server or an all-reduce worker accepts connections (default: any interface, a free port)")
 	token := fs.String("token", "", "shared cluster token (default $AUTOBYTE_TOKEN)")
 	if err := fs.Parse(args); err != nil {
@@ -117,10 +117,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	n := job.Net{Master: *master, Listen: *listen, Token: *token, PeerTimeout: 5 * time.Second}
 	if n.Master == "" {
-		if env.MasterAddr == "" || env.MasterPort == 0 {
+		if env.MasterAddr == "" || env.Port == 0 {
 			return cluster.ErrNoCoordinator
 		}
-		n.Master = net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.MasterPort))
+		n.Master = net.JoinHostPort(env.MasterAddr, strconv.Itoa(env.Port))
 	}
 	if n.Token == "" {
 		n.Token = os.Getenv("AUTOBYTE_TOKEN")

@@ -236,7 +236,7 @@ func TestCommandInProcess(t *testing.T) {
 }
 
 // TestCommandRoles runs the one-process-per-role mode, each role a run()
-// call of its own, rendezvous through MASTER_ADDR/MASTER_PORT.
+// call of its own, rendezvous through MASTER_ADDR/AUTOBYTE_MASTER_PORT.
 func TestCommandRoles(t *testing.T) {
 	for _, arch := range []string{"ps", "allreduce"} {
 		t.Run(arch, func(t *testing.T) {
@@ -246,7 +246,7 @@ func TestCommandRoles(t *testing.T) {
 			}
 			host, port, _ := strings.Cut(master, ":")
 			t.Setenv("MASTER_ADDR", host)
-			t.Setenv("MASTER_PORT", port)
+			t.Setenv("AUTOBYTE_MASTER_PORT", port) // autobyte's own rendezvous port (MASTER_PORT+1 by default)
 			t.Setenv("AUTOBYTE_TOKEN", "test-token")
 			common := []string{"--workers", "2", "--servers", "1", "--arch", arch, "--iterations", "30", "--listen", "127.0.0.1:0"}
 			roles := [][]string{{"--role", "worker", "--rank", "0"}, {"--role", "worker", "--rank", "1"}}
