@@ -153,6 +153,17 @@ class TorchrunStyle(unittest.TestCase, Compare):
         self.assertEqual(r.returncode, 0, r.stdout)
         self.check(out, "torchrun")
 
+    def test_multiprocessing_spawn(self):
+        # The DDP tutorial's idiom: ranks passed to init, not in the environment.
+        import socket
+        with socket.socket() as sk:
+            sk.bind(("127.0.0.1", 0))
+            port = sk.getsockname()[1]
+        r = subprocess.run([PY, os.path.join(HERE, "spawn_worker.py"), str(port), os.path.join(_tmp, "spawn.pt")],
+                           env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("spawned workers match the exact update", r.stdout)
+
     def test_torch_distributed_beside_autobyte(self):
         # A script that also uses torch.distributed (a metric's all-reduce,
         # DistributedSampler), initialised before or after autobyte.
@@ -241,6 +252,18 @@ class Errors(unittest.TestCase):
     def model(self):
         torch.manual_seed(0)
         return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+    def test_bad_init_arguments(self):
+        for kw, msg in ((dict(rank=-1), r"rank=-1 must be an integer"), (dict(rank="1"), r"rank='1' must be an integer"),
+                        (dict(world_size=0), r"world_size=0 must be an integer"),
+                        (dict(master_port=70000), r"master_port=70000 must be an integer in \[1, 65534\]"),
+                        (dict(master_addr=""), r"master_addr='' must be a host name"),
+                        (dict(rank=2, world_size=2), r"RANK=2 is out of range for WORLD_SIZE=2"),
+                        (dict(partitoin="1MB"), r"unknown setting 'partitoin'")):
+            with self.assertRaisesRegex(AutobyteError, msg):
+                ab.init(**kw)
+        # A refused init changes nothing: this process is still rank 0 of 1.
+        self.assertEqual((ab.rank(), ab.size()), (0, 1))
 
     def test_unsupported_optimizer(self):
         m = self.model()

@@ -101,11 +101,11 @@ _initialised = False
 _sessions = []  # weak references to live sessions
 
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
-          "peer_timeout", "log_level", "listen", "trace", "compression", "fusion"}
+          "peer_timeout", "rendezvous_timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
 
 def _env_int(name, default):
-    v = os.environ.get(name)
+    v = _settings.get(name, os.environ.get(name))
     if v is None or v == "":
         return default
     try:
@@ -117,18 +117,28 @@ def _env_int(name, default):
     return n
 
 
-def init(**settings):
+def init(rank=None, world_size=None, master_addr=None, master_port=None, **settings):
     """Prepares this process: checks RANK and WORLD_SIZE, loads (or builds)
-    the engine. Keyword settings override the AUTOBYTE_* environment, e.g.
+    the engine.
+
+    rank, world_size, master_addr and master_port, as
+    torch.distributed.init_process_group takes them (e.g. in processes
+    started by torch.multiprocessing.spawn), override RANK, WORLD_SIZE,
+    MASTER_ADDR and MASTER_PORT; autobyte's rank 0 listens at
+    master_port + 1, since torch.distributed owns master_port.
+
+    Keyword settings override the AUTOBYTE_* environment, e.g.
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
     fusion (fuse neighbouring parameters smaller than this, e.g. "256KB",
     into one message, like DDP's buckets; default 0: never; auto: the
     autobyte tuner, AUTOBYTE_TUNER=autobyte, switches between none and 1 MiB
-    as it measures), bandwidth, peer_timeout, log_level, trace (a file for this
-    worker's timeline, see autobyte.timeline) and compression (none, bf16
-    or fp16: the type float32 parameters' gradients travel in; auto: the
-    autobyte tuner, AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
+    as it measures), bandwidth, peer_timeout, rendezvous_timeout (e.g.
+    "90s": how long to wait for every worker to join; default 10 minutes),
+    log_level, trace (a file for this worker's timeline, see
+    autobyte.timeline) and compression (none, bf16 or fp16: the type float32
+    parameters' gradients travel in; auto: the autobyte tuner,
+    AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
     communication-bound)."""
     global _initialised
     for k, v in settings.items():
@@ -136,22 +146,40 @@ def init(**settings):
             raise AutobyteError("autobyte.init: unknown setting %r (known: %s)" % (k, ", ".join(sorted(_KNOWN))))
         if k == "compression":
             wire_of_compression(v, "compression")
+    given = {}
+    for name, v, lo, hi in (("RANK", rank, 0, None), ("WORLD_SIZE", world_size, 1, None), ("MASTER_PORT", master_port, 1, 65534)):
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+            raise AutobyteError("autobyte.init: %s=%r must be an integer in [%d, %s]" % (name.lower(), v, lo, hi if hi is not None else "..."))
+        given[name] = str(v)
+    if master_addr is not None:
+        if not isinstance(master_addr, str) or not master_addr:
+            raise AutobyteError("autobyte.init: master_addr=%r must be a host name or address" % (master_addr,))
+        given["MASTER_ADDR"] = master_addr
+    before = dict(_settings)
+    _settings.update(given)
     for k, v in settings.items():
         _settings["AUTOBYTE_" + k.upper()] = str(v)
-    r, n = rank(), size()
-    if r >= n:
-        raise AutobyteError("autobyte: RANK=%d is out of range for WORLD_SIZE=%d" % (r, n))
+    try:
+        r, n = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
+        if r >= n:
+            raise AutobyteError("autobyte: RANK=%d is out of range for WORLD_SIZE=%d" % (r, n))
+    except AutobyteError:
+        _settings.clear()
+        _settings.update(before)  # a refused init changes nothing
+        raise
     library_path()
     _initialised = True
 
 
 def rank():
-    """This worker's rank ($RANK, default 0)."""
+    """This worker's rank (init's rank, else $RANK, default 0)."""
     return _env_int("RANK", 0)
 
 
 def size():
-    """The number of workers ($WORLD_SIZE, default 1)."""
+    """The number of workers (init's world_size, else $WORLD_SIZE, default 1)."""
     return _env_int("WORLD_SIZE", 1)
 
 
