@@ -78,16 +78,10 @@ func TestFromEnv(t *testing.T) {
 // TestRendezvous: members register, the table reaches everyone with the
 // coordinator's view of their hosts, and bad registrations are refused.
 func TestRendezvous(t *testing.T) {
-	cfg := func(role string, rank int) transport.Config {
-		return transport.Config{Token: "t", Role: role, Rank: rank, PeerTimeout: 3 * time.Second}
-	}
+	cfg := testConfig
 	run := func(t *testing.T, members []Member, workers, servers int) (*Table, []error) {
 		t.Helper()
-		l, err := transport.Listen("127.0.0.1:0", cfg("worker", 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		l := rank0Listener(t)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		errs := make(chan error, len(members))

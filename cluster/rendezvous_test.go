@@ -1,17 +1,16 @@
 package cluster
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/internal/syncbuf"
 	"github.com/autobyte/autobyte/transport"
 )
 
@@ -19,22 +18,16 @@ func testConfig(role string, rank int) transport.Config {
 	return transport.Config{Token: "t", Role: role, Rank: rank, PeerTimeout: 3 * time.Second}
 }
 
-// syncBuffer is a log destination safe for the watcher's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// rank0Listener listens on a free loopback port as worker 0 until the
+// test ends.
+func rank0Listener(t *testing.T) *transport.Listener {
+	t.Helper()
+	l, err := transport.Listen("127.0.0.1:0", testConfig("worker", 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
 }
 
 // TestRendezvousTimeoutNamesMissing: rank 0 of a job of 3 workers and 1
@@ -42,11 +35,7 @@ func (s *syncBuffer) String() string {
 // error naming worker 2 and server 0 (and not worker 1), logs them while
 // it waits, and tells worker 1 why the job ended.
 func TestRendezvousTimeoutNamesMissing(t *testing.T) {
-	l, err := transport.Listen("127.0.0.1:0", testConfig("worker", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := rank0Listener(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	joined := make(chan error, 1)
@@ -57,10 +46,10 @@ func TestRendezvousTimeoutNamesMissing(t *testing.T) {
 		}
 		joined <- err
 	}()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	p := Patience{Timeout: 600 * time.Millisecond, Every: 100 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	start := time.Now()
-	_, _, _, err = Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, 3, 1, p)
+	_, _, _, err := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, 3, 1, p)
 	took := time.Since(start)
 	var te *RendezvousTimeoutError
 	if !errors.As(err, &te) {
@@ -102,11 +91,7 @@ func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
 // TestRendezvousWithinTimeout: a job that gathers before the timeout is
 // not disturbed by it, and the watcher stops (no progress message after).
 func TestRendezvousWithinTimeout(t *testing.T) {
-	l, err := transport.Listen("127.0.0.1:0", testConfig("worker", 0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	l := rank0Listener(t)
 	ctx := context.Background()
 	go func() {
 		time.Sleep(250 * time.Millisecond) // joins after a progress message or two
@@ -115,7 +100,7 @@ func TestRendezvousWithinTimeout(t *testing.T) {
 			c.Close()
 		}
 	}()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	p := Patience{Timeout: 5 * time.Second, Every: 100 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))}
 	table, wconns, _, err := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, 2, 0, p)
 	if err != nil {

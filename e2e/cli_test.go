@@ -22,6 +22,37 @@ func cleanEnv() []string {
 	return env
 }
 
+// cliRun is how one autobyte command ended.
+type cliRun struct {
+	stdout, stderr string
+	code           int
+	took           time.Duration
+}
+
+// runCLI runs autobyte with args (and the environment cleared of the
+// rendezvous variables), failing the test if it runs longer than limit.
+func runCLI(t *testing.T, args []string, limit time.Duration) cliRun {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = cleanEnv()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%v: still running after %v; stderr: %q", args, limit, stderr.String())
+	}
+	return cliRun{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode(), took: time.Since(began)}
+}
+
 // TestRendezvousTimeout: a worker whose rank 0 never starts (nobody
 // listens at the master's port), and a rank 0 whose other members never
 // come, exit 1 after --rendezvous-timeout, saying what they waited for.
@@ -33,31 +64,15 @@ func TestRendezvousTimeout(t *testing.T) {
 		{[]string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1"}, "still waiting for rank 0's autobyte engine to answer: none has yet"},
 		{[]string{"worker", "--rank=0", "--workers=3", "--servers=1", "--model=toy3", "--token=x", "--master=127.0.0.1:0"}, "still waiting for worker 1, worker 2 and server 0, of 3 workers and 1 server"},
 	} {
-		cmd := exec.Command(bin, append(c.args, "--rendezvous-timeout=1s")...)
-		cmd.Env = cleanEnv()
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		began := time.Now()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
+		r := runCLI(t, append(c.args, "--rendezvous-timeout=1s"), 15*time.Second)
+		if r.code != 1 {
+			t.Errorf("%v: exit status %d, want 1", c.args, r.code)
 		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-			t.Fatalf("%v: still running after 15 s with a 1 s rendezvous timeout", c.args)
+		if r.took < time.Second {
+			t.Errorf("%v: gave up after %v, before its 1 s timeout", c.args, r.took)
 		}
-		if code := cmd.ProcessState.ExitCode(); code != 1 {
-			t.Errorf("%v: exit status %d, want 1", c.args, code)
-		}
-		if took := time.Since(began); took < time.Second {
-			t.Errorf("%v: gave up after %v, before its 1 s timeout", c.args, took)
-		}
-		if !strings.Contains(stderr.String(), "timed out after 1s") || !strings.Contains(stderr.String(), c.want) {
-			t.Errorf("%v: stderr %q does not say it timed out waiting for %q", c.args, stderr.String(), c.want)
+		if !strings.Contains(r.stderr, "timed out after 1s") || !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%v: stderr %q does not say it timed out waiting for %q", c.args, r.stderr, c.want)
 		}
 	}
 }
@@ -85,45 +100,30 @@ func TestCLIErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {
-			cmd := exec.Command(bin, c.args...)
-			cmd.Env = cleanEnv()
-			var stdout, stderr bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &stdout, &stderr
-			began := time.Now()
-			done := make(chan error, 1)
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
+			r := runCLI(t, c.args, 10*time.Second)
+			stdout, stderr := r.stdout, r.stderr
+			if r.code != 1 {
+				t.Errorf("exit status %d, want 1", r.code)
 			}
-			go func() { done <- cmd.Wait() }()
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-				t.Fatalf("still running after 10 s (it should fail at once); stderr: %q", stderr.String())
-			}
-			if code := cmd.ProcessState.ExitCode(); code != 1 {
-				t.Errorf("exit status %d, want 1", code)
-			}
-			lines := strings.Split(strings.TrimRight(stderr.String(), "\n"), "\n")
+			lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
 			if len(lines) != 1 || lines[0] == "" {
-				t.Errorf("want exactly one line on stderr, got %d: %q", len(lines), stderr.String())
+				t.Errorf("want exactly one line on stderr, got %d: %q", len(lines), stderr)
 			}
 			for _, w := range c.want {
-				if !strings.Contains(stderr.String(), w) {
-					t.Errorf("error %q does not mention %q", strings.TrimSpace(stderr.String()), w)
+				if !strings.Contains(stderr, w) {
+					t.Errorf("error %q does not mention %q", strings.TrimSpace(stderr), w)
 				}
 			}
 			// launch must reject its own flags before it starts any process: an
 			// error relayed from a child reads "autobyte: launch: server 0
 			// failed: autobyte: ...".
-			if n := strings.Count(stderr.String(), "autobyte: "); n != 1 {
-				t.Errorf("the error should be launch's own, not relayed from a child process (\"autobyte: \" %d times): %q", n, strings.TrimSpace(stderr.String()))
+			if n := strings.Count(stderr, "autobyte: "); n != 1 {
+				t.Errorf("the error should be launch's own, not relayed from a child process (\"autobyte: \" %d times): %q", n, strings.TrimSpace(stderr))
 			}
-			if stdout.Len() != 0 {
-				t.Errorf("stdout should be empty, got %q", stdout.String())
+			if stdout != "" {
+				t.Errorf("stdout should be empty, got %q", stdout)
 			}
-			t.Logf("%.0f ms: %s", time.Since(began).Seconds()*1000, strings.TrimSpace(stderr.String()))
+			t.Logf("%.0f ms: %s", r.took.Seconds()*1000, strings.TrimSpace(stderr))
 		})
 	}
 }

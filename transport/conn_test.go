@@ -26,27 +26,14 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/autobyte/autobyte/internal/syncbuf"
 )
 
 const testToken = "cluster-secret"
 
 // logBuf collects log output for assertions.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type logBuf struct{ syncbuf.Buffer }
 
 // waitFor waits until the log contains all of subs.
 func (l *logBuf) waitFor(t *testing.T, timeout time.Duration, subs ...string) {
