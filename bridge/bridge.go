@@ -370,13 +370,11 @@ func netOf(get getenv, env cluster.Env) (job.Net, error) {
 		}
 		n.PeerTimeout = d
 	}
-	if v := get("AUTOBYTE_RENDEZVOUS_TIMEOUT"); v != "" {
-		d, err := cluster.ParseRendezvousTimeout(v)
-		if err != nil {
-			return n, fmt.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT: %w", err)
-		}
-		n.RendezvousTimeout = d
+	rendezvous, err := cluster.RendezvousTimeoutFrom(get)
+	if err != nil {
+		return n, err
 	}
+	n.RendezvousTimeout = rendezvous
 	switch v := get("AUTOBYTE_SHM"); v {
 	case "", "1", "on", "true":
 	case "0", "off", "false":

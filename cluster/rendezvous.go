@@ -110,6 +110,20 @@ func ParseRendezvousTimeout(v string) (time.Duration, error) {
 	return d, nil
 }
 
+// RendezvousTimeoutFrom reads AUTOBYTE_RENDEZVOUS_TIMEOUT through get: 0
+// when it is unset, an error naming the variable when it is bad.
+func RendezvousTimeoutFrom(get func(string) string) (time.Duration, error) {
+	v := get("AUTOBYTE_RENDEZVOUS_TIMEOUT")
+	if v == "" {
+		return 0, nil
+	}
+	d, err := ParseRendezvousTimeout(v)
+	if err != nil {
+		return 0, fmt.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT: %w", err)
+	}
+	return d, nil
+}
+
 // DefaultProgressInterval is how often a waiting member says what it
 // waits for.
 const DefaultProgressInterval = 30 * time.Second

@@ -14,7 +14,7 @@ func cleanEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		switch strings.SplitN(kv, "=", 2)[0] {
-		case "AUTOBYTE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "AUTOBYTE_MASTER_PORT", "RANK", "WORLD_SIZE":
+		case "AUTOBYTE_TOKEN", "MASTER_ADDR", "MASTER_PORT", "AUTOBYTE_MASTER_PORT", "AUTOBYTE_RENDEZVOUS_TIMEOUT", "RANK", "WORLD_SIZE":
 			continue
 		}
 		env = append(env, kv)
@@ -29,12 +29,13 @@ type cliRun struct {
 	took           time.Duration
 }
 
-// runCLI runs autobyte with args (and the environment cleared of the
-// rendezvous variables), failing the test if it runs longer than limit.
-func runCLI(t *testing.T, args []string, limit time.Duration) cliRun {
+// runCLI runs autobyte with args, in the environment cleared of the
+// rendezvous variables plus env (KEY=VALUE), failing the test if it runs
+// longer than limit.
+func runCLI(t *testing.T, args []string, limit time.Duration, env ...string) cliRun {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	began := time.Now()
@@ -74,6 +75,18 @@ func TestRendezvousTimeout(t *testing.T) {
 		if !strings.Contains(r.stderr, "timed out after 1s") || !strings.Contains(r.stderr, c.want) {
 			t.Errorf("%v: stderr %q does not say it timed out waiting for %q", c.args, r.stderr, c.want)
 		}
+	}
+	// The variable sets the timeout when the flag is not given; a given
+	// flag wins over it, even at the flag's default value.
+	joiner := []string{"worker", "--rank=1", "--workers=2", "--model=toy3", "--token=x", "--master=127.0.0.1:1"}
+	if r := runCLI(t, joiner, 15*time.Second, "AUTOBYTE_RENDEZVOUS_TIMEOUT=1s"); r.code != 1 || !strings.Contains(r.stderr, "timed out after 1s") {
+		t.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT=1s: exit %d, stderr %q; want a timeout after 1s", r.code, r.stderr)
+	}
+	if r := runCLI(t, append(joiner, "--rendezvous-timeout=2s"), 15*time.Second, "AUTOBYTE_RENDEZVOUS_TIMEOUT=1h"); !strings.Contains(r.stderr, "timed out after 2s") {
+		t.Errorf("--rendezvous-timeout=2s beside AUTOBYTE_RENDEZVOUS_TIMEOUT=1h: stderr %q; want the flag's 2s", r.stderr)
+	}
+	if r := runCLI(t, joiner, 10*time.Second, "AUTOBYTE_RENDEZVOUS_TIMEOUT=soon"); r.code != 1 || !strings.Contains(r.stderr, `AUTOBYTE_RENDEZVOUS_TIMEOUT: rendezvous timeout "soon"`) {
+		t.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT=soon: exit %d, stderr %q; want an error naming it", r.code, r.stderr)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/job"
@@ -30,6 +31,7 @@ type netFlags struct {
 	master, listen, token string
 	peerTimeout           time.Duration
 	rendezvousTimeout     time.Duration
+	flags                 *pflag.FlagSet // where they were registered, to tell which were given
 	logLevel              string
 	shape                 bool
 	shm                   bool
@@ -38,6 +40,7 @@ type netFlags struct {
 
 func (n *netFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
+	n.flags = fs
 	fs.StringVar(&n.master, "master", "", "rendezvous address host:port (default: $MASTER_ADDR and $AUTOBYTE_MASTER_PORT, else $MASTER_PORT+1: torch.distributed owns MASTER_PORT)")
 	fs.StringVar(&n.listen, "listen", "", "address to accept data connections on (default :0, any interface, a free port)")
 	fs.StringVar(&n.token, "token", "", "shared cluster token (default: $AUTOBYTE_TOKEN)")
@@ -87,16 +90,18 @@ func (n *netFlags) resolve(env cluster.Env, bandwidth float64) (job.Net, error) 
 		RendezvousTimeout: rendezvous, Logger: log, TLS: tc, NoSharedMemory: !n.shm}, nil
 }
 
-// rendezvous is --rendezvous-timeout, or $AUTOBYTE_RENDEZVOUS_TIMEOUT when
-// the flag was left at its default.
+// rendezvous is --rendezvous-timeout if given, else
+// $AUTOBYTE_RENDEZVOUS_TIMEOUT if set, else the flag's default.
 func (n *netFlags) rendezvous() (time.Duration, error) {
 	d := n.rendezvousTimeout
-	if v := os.Getenv("AUTOBYTE_RENDEZVOUS_TIMEOUT"); v != "" && d == cluster.DefaultRendezvousTimeout {
-		env, err := cluster.ParseRendezvousTimeout(v)
+	if n.flags == nil || !n.flags.Changed("rendezvous-timeout") {
+		env, err := cluster.RendezvousTimeoutFrom(os.Getenv)
 		if err != nil {
-			return 0, fmt.Errorf("AUTOBYTE_RENDEZVOUS_TIMEOUT: %w", err)
+			return 0, err
 		}
-		d = env
+		if env > 0 {
+			d = env
+		}
 	}
 	if d <= 0 {
 		return 0, fmt.Errorf("--rendezvous-timeout must be > 0, got %v", d)

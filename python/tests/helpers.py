@@ -10,6 +10,7 @@ checkout once per test run.
 import atexit
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +32,13 @@ _bin = None
 
 def tmp(name):
     return os.path.join(TMP, name)
+
+
+def free_port():
+    """A loopback port that nothing listened on a moment ago."""
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        return sk.getsockname()[1]
 
 
 def autobyte_bin():

@@ -5,7 +5,7 @@ Each of 2 workers trains a linear model with plain SGD on its own batches
 for 5 steps; the parent checks that both end equal to the exact
 data-parallel update (one process, the mean of both ranks' gradients).
 
-    python spawn_worker.py PORT
+    python spawn_worker.py PORT OUT   (autobyte's rank 0 listens at PORT+1; OUT.R is rank R's result)
 """
 
 import os

@@ -13,7 +13,7 @@ import unittest
 
 import torch
 
-from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, launch, reference, run_ok  # noqa: F401
+from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, free_port, launch, reference, run_ok  # noqa: F401
 
 import autobyte.torch as ab  # noqa: E402
 from autobyte import AutobyteError  # noqa: E402
@@ -143,10 +143,7 @@ class TorchrunStyle(unittest.TestCase, Compare):
             print("\nSKIPPED test_torchrun: torch %s's torchrun cannot run a trivial script here: %s" % (torch.__version__, last),
                   file=sys.stderr, flush=True)
             self.skipTest("torch %s's torchrun cannot run a trivial script here: %s" % (torch.__version__, last))
-        import socket
-        with socket.socket() as sk:
-            sk.bind(("127.0.0.1", 0))
-            port = sk.getsockname()[1]
+        port = free_port()
         out = os.path.join(_tmp, "torchrun.pt")
         r = subprocess.run(run + ["--master_port", str(port), WORKER, "--backend", "autobyte", "--out", out] + self.ARGS,
                            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
@@ -155,10 +152,7 @@ class TorchrunStyle(unittest.TestCase, Compare):
 
     def test_multiprocessing_spawn(self):
         # The DDP tutorial's idiom: ranks passed to init, not in the environment.
-        import socket
-        with socket.socket() as sk:
-            sk.bind(("127.0.0.1", 0))
-            port = sk.getsockname()[1]
+        port = free_port()
         r = subprocess.run([PY, os.path.join(HERE, "spawn_worker.py"), str(port), os.path.join(_tmp, "spawn.pt")],
                            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
         self.assertEqual(r.returncode, 0, r.stdout)
