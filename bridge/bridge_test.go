@@ -12,7 +12,6 @@ import (
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/dtype"
-	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
@@ -32,11 +31,22 @@ func TestParseSettingsDefaults(t *testing.T) {
 	if st.Spec.Workers != 1 || st.Rank != 0 || st.Spec.Arch != worker.AllReduce {
 		t.Fatalf("defaults: %d workers, rank %d, arch %v; want one all-reduce worker", st.Spec.Workers, st.Rank, st.Spec.Arch)
 	}
-	if st.Spec.Sched != job.ByteSchedulerDefaults(worker.AllReduce) {
+	if st.Spec.Sched != proto.ByteSchedulerDefaults(worker.AllReduce) {
 		t.Fatalf("sched %+v, want ByteScheduler's all-reduce defaults", st.Spec.Sched)
 	}
 	if got := st.Spec.Profile.TotalParams(); got != 13 {
 		t.Fatalf("profile has %d params, want 13", got)
+	}
+	// On parameter servers a credit not given covers one partition per
+	// server (proto.DefaultCredit), as the CLI's does.
+	for servers, want := range map[string]int64{"2": proto.PSCreditBytes, "8": 8 * proto.PSPartitionBytes} {
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_SERVERS": servers}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Spec.Sched.CreditBytes != want || st.Spec.Sched.PartitionBytes != proto.PSPartitionBytes {
+			t.Errorf("AUTOBYTE_SERVERS=%s: sched %+v, want ps partition %d and credit %d", servers, st.Spec.Sched, proto.PSPartitionBytes, want)
+		}
 	}
 
 	env := map[string]string{"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",

@@ -28,26 +28,6 @@ import (
 	"github.com/autobyte/autobyte/worker"
 )
 
-// ByteScheduler's released defaults, in elements, converted to fp32 bytes:
-// partition 1M and credit 4M elements for parameter
-// servers, 8M and 16M elements for all-reduce; and MXNet's big-array bound
-// (1M elements), above which a PS piece is split over every server.
-const (
-	PSPartitionBytes  = 4_000_000
-	PSCreditBytes     = 16_000_000
-	ARPartitionBytes  = 32_000_000
-	ARCreditBytes     = 64_000_000
-	DefaultShardBytes = 4_000_000
-)
-
-// ByteSchedulerDefaults is ByteScheduler's released configuration for arch.
-func ByteSchedulerDefaults(arch worker.Arch) sched.Config {
-	if arch == worker.AllReduce {
-		return sched.Config{PartitionBytes: ARPartitionBytes, CreditBytes: ARCreditBytes, Order: sched.OrderPriority}
-	}
-	return sched.Config{PartitionBytes: PSPartitionBytes, CreditBytes: PSCreditBytes, Order: sched.OrderPriority}
-}
-
 // Spec is the job every process of it must agree on (its digest is checked
 // at rendezvous).
 type Spec struct {

@@ -259,7 +259,14 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 		worker := 2*P + (W-1)*P
 		server := 2 * W * P / float64(o.Servers)
 		r.BusiestMessages = max(worker, server)
-		r.MemoryBytes = 3*model*W + float64(o.Sched.CreditBytes)*W
+		// Servers hold what the workers have in flight: the credit's
+		// worth each, and never more than the model (credit 0 is no
+		// window).
+		inflight := model
+		if c := float64(o.Sched.CreditBytes); c > 0 && c < model {
+			inflight = c
+		}
+		r.MemoryBytes = 3*model*W + inflight*W
 	default:
 		// 2(N-1) ring steps per piece, each a send and a receive.
 		r.BusiestMessages = 4*(W-1)*P + (W-1)*P

@@ -127,6 +127,20 @@ func TestRuntimeBudget(t *testing.T) {
 	if _, err := big.RuntimeBudget(0); err != nil {
 		t.Errorf("vgg16 on 16 workers, memory unknown: %v, want no refusal", err)
 	}
+	// What servers hold in flight is the credit's worth per worker, never
+	// more than the model: a credit beyond it, or none, costs the same.
+	mem := func(credit int64) float64 {
+		o := zooOptions(t, "resnet50", PS, 4, 4_000_000)
+		o.Sched.CreditBytes = credit
+		e, err := o.RuntimeBudget(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e.MemoryBytes
+	}
+	if none, beyond, small := mem(0), mem(math.MaxInt64), mem(16_000_000); none != beyond || small >= none {
+		t.Errorf("resnet50 ps memory estimate: credit 0 %.0f, credit MaxInt64 %.0f, 16 MB %.0f; want the first two equal and 16 MB below", none, beyond, small)
+	}
 	for _, o := range []Options{zooOptions(t, "resnet50", PS, 4, 4_000_000), zooOptions(t, "alexnet", PS, 4, 4_000_000), zooOptions(t, "resnet50", AllReduce, 4, 32_000_000)} {
 		if e, err := o.RuntimeBudget(16 << 30); err != nil || e.OverheadS > 1 {
 			t.Errorf("%s %v on 4 workers: %+v, %v; want within budget", o.Profile.Name, o.Arch, e, err)

@@ -15,7 +15,7 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
@@ -108,9 +108,9 @@ func Grid() []sched.Config {
 // DefaultConfig is ByteScheduler's default configuration for arch.
 func DefaultConfig(arch string) sched.Config {
 	if arch == "allreduce" {
-		return sched.Config{PartitionBytes: job.ARPartitionBytes, CreditBytes: job.ARCreditBytes, Order: sched.OrderPriority}
+		return proto.ByteSchedulerDefaults(proto.AllReduce)
 	}
-	return sched.Config{PartitionBytes: job.PSPartitionBytes, CreditBytes: job.PSCreditBytes, Order: sched.OrderPriority}
+	return proto.ByteSchedulerDefaults(proto.PS)
 }
 
 // Cache holds simulated runs by Key; it is the --data file of tune train.
@@ -233,7 +233,7 @@ func SimulateRun(sc tune.MetaScenario, cfg sched.Config, iterations int) (tune.M
 	o := sim.Options{Profile: p.Scaled(sc.ComputeScale), Arch: arch, Workers: sc.Workers, Servers: sc.Servers,
 		BandwidthBps: sc.BandwidthBps, LatencyS: sc.LatencyS, Sched: cfg, Iterations: iterations}
 	if arch == sim.PS {
-		o.ShardBytes = job.DefaultShardBytes
+		o.ShardBytes = proto.DefaultShardBytes
 	}
 	r, err := sim.Run(o)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/units"
@@ -180,9 +181,9 @@ type Phase struct {
 // all-reduce, priority order.
 func ByteSchedulerDefault(arch string) sched.Config {
 	if arch == "allreduce" {
-		return sched.Config{PartitionBytes: 32_000_000, CreditBytes: 64_000_000, Order: sched.OrderPriority}
+		return proto.ByteSchedulerDefaults(proto.AllReduce)
 	}
-	return sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority}
+	return proto.ByteSchedulerDefaults(proto.PS)
 }
 
 // The default suite's traces and run length. Each changing trace has three

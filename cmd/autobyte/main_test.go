@@ -166,6 +166,36 @@ func TestByteSchedulerDefaults(t *testing.T) {
 	}
 }
 
+// TestDefaultCreditFollowsServers: on many servers the default credit
+// covers one partition per server, and that is what keeps the servers
+// busy. ByteScheduler's 16 MB, given explicitly, is the negative control:
+// it must be far slower on the same job, or the check proves nothing.
+func TestDefaultCreditFollowsServers(t *testing.T) {
+	job := []string{"--model", "resnet50", "--workers", "64", "--servers", "32", "--iterations", "4"}
+	def := simJSON(t, job...)
+	if def["credit_bytes"].(float64) != 32*4e6 {
+		t.Fatalf("32 servers, 4 MB partitions: default credit %v, want %v (one partition per server)", def["credit_bytes"], 32*4e6)
+	}
+	small := simJSON(t, append(job, "--credit", "16MB")...)
+	if small["credit_bytes"].(float64) != 16e6 {
+		t.Fatalf("--credit 16MB gave credit %v", small["credit_bytes"])
+	}
+	d, s := def["iteration_time_s"].(float64), small["iteration_time_s"].(float64)
+	if d > 0.5*s {
+		t.Errorf("64 workers, 32 servers: default credit %.3f s per iteration, ByteScheduler's 16 MB %.3f s; want at most half", d, s)
+	}
+	if r := def["achieved_over_bound"].(float64); r > 3 {
+		t.Errorf("64 workers, 32 servers: default credit at %.2f x the lower bound, want <= 3", r)
+	}
+	// The partition given sets the default too; a credit given wins.
+	if m := simJSON(t, "--model", "resnet50", "--workers", "8", "--servers", "8", "--partition", "8MB", "--iterations", "2"); m["credit_bytes"].(float64) != 8*m["partition_bytes"].(float64) {
+		t.Errorf("8 servers, --partition 8MB: default credit %v, want 8 x %v", m["credit_bytes"], m["partition_bytes"])
+	}
+	if m := simJSON(t, "--model", "resnet50", "--workers", "8", "--servers", "8", "--credit", "4MB", "--iterations", "2"); m["credit_bytes"].(float64) != 4e6 {
+		t.Errorf("--credit 4MB on 8 servers gave %v", m["credit_bytes"])
+	}
+}
+
 func TestProfileFile(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "m.json")

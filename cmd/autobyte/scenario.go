@@ -10,21 +10,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autobyte/autobyte/dtype"
-	"github.com/autobyte/autobyte/job"
 	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
-)
-
-// ByteScheduler's released defaults and MXNet's big-array bound (see job).
-const (
-	psPartitionBytes  = job.PSPartitionBytes
-	psCreditBytes     = job.PSCreditBytes
-	arPartitionBytes  = job.ARPartitionBytes
-	arCreditBytes     = job.ARCreditBytes
-	defaultShardBytes = job.DefaultShardBytes
 )
 
 // scenarioFlags are the flags shared by every command that describes a job:
@@ -64,7 +55,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.scheduler, "scheduler", "bytescheduler", "fifo (no partitioning, production order, global barrier), priority (layer order, per-layer gates), or bytescheduler (partition + priority + credit)")
 	fs.StringVar(&f.admission, "admission", "positive", "credit rule: positive (ByteScheduler: start while credit > 0) or strict (BytePS: piece must fit)")
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
-	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default 16MB for ps, 64MB for allreduce)")
+	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default for ps 16MB, or one partition per server where that is more; 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
 	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never; auto: --tuner autobyte switches between none and 1MiB as it measures). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
 	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
@@ -192,8 +183,9 @@ func (f *scenarioFlags) loadProfile() (*model.Profile, error) {
 }
 
 // schedConfig returns the core configuration (fifo's global barrier comes
-// with its order: proto.Epoch.Barrier).
-func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Config, error) {
+// with its order: proto.Epoch.Barrier) of a job on servers parameter
+// servers; a credit not given is proto.DefaultCredit's.
+func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch, servers int) (sched.Config, error) {
 	var adm sched.Admission
 	switch f.admission {
 	case "positive":
@@ -217,16 +209,14 @@ func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch) (sched.Co
 	default:
 		return sched.Config{}, fmt.Errorf("unknown --scheduler %q (want fifo, priority or bytescheduler)", f.scheduler)
 	}
-	part, credit := int64(psPartitionBytes), int64(psCreditBytes)
-	if arch == sim.AllReduce {
-		part, credit = arPartitionBytes, arCreditBytes
-	}
+	part := proto.ByteSchedulerDefaults(arch).PartitionBytes
 	var err error
 	if f.partition != "" {
 		if part, err = units.ParseBytes(f.partition); err != nil {
 			return sched.Config{}, fmt.Errorf("--partition: %w", err)
 		}
 	}
+	credit := proto.DefaultCredit(arch, servers, part)
 	if f.credit != "" {
 		if credit, err = units.ParseBytes(f.credit); err != nil {
 			return sched.Config{}, fmt.Errorf("--credit: %w", err)
@@ -280,7 +270,7 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 			return o, fmt.Errorf("--shard: %w", err)
 		}
 	}
-	cfg, err := f.schedConfig(cmd, arch)
+	cfg, err := f.schedConfig(cmd, arch, servers)
 	if err != nil {
 		return o, err
 	}

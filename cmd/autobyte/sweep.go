@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/autobyte/autobyte/model"
+	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/units"
@@ -100,7 +101,7 @@ workers. Progress goes to stderr.`,
 						for _, bw := range bwList {
 							o := sim.Options{Profile: p, Arch: a, Workers: n, BandwidthBps: bw, LatencyS: lat, Iterations: iterations}
 							if a == sim.PS {
-								o.Servers, o.ShardBytes = n, defaultShardBytes
+								o.Servers, o.ShardBytes = n, proto.DefaultShardBytes
 							}
 							scenarios = append(scenarios, o)
 						}
@@ -196,10 +197,7 @@ func runSweep(scenarios []sim.Options, parts, creds []int64, progress io.Writer)
 	for i, base := range scenarios {
 		fifo, prio, def := base, base, base
 		prio.Sched = sched.Config{Order: sched.OrderPriority}
-		def.Sched = sched.Config{PartitionBytes: psPartitionBytes, CreditBytes: psCreditBytes, Order: sched.OrderPriority}
-		if base.Arch == sim.AllReduce {
-			def.Sched.PartitionBytes, def.Sched.CreditBytes = arPartitionBytes, arCreditBytes
-		}
+		def.Sched = proto.ByteSchedulerDefaults(base.Arch)
 		jobs = append(jobs, sweepJob{i, fifo, 0}, sweepJob{i, prio, 1}, sweepJob{i, def, 2})
 		for _, p := range parts {
 			for _, c := range creds {
