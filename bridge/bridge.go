@@ -74,7 +74,7 @@ type Request struct {
 //	AUTOBYTE_SERVERS       parameter servers (ps)
 //	AUTOBYTE_SCHEDULER     bytescheduler (default), priority or fifo
 //	AUTOBYTE_PARTITION     partition size, e.g. 4MB (default: ByteScheduler's, by arch)
-//	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, on more than 4 parameter servers one partition per server; proto.DefaultCredit)
+//	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, or one partition per server up to one per worker where that is more; proto.DefaultCredit)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
 //	AUTOBYTE_FUSION        fuse neighbouring tensors smaller than this into units of at most this size (e.g. 256KB; default 0 = never)
@@ -170,7 +170,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	default:
 		return s, fmt.Errorf("AUTOBYTE_ARCH=%q: want ps or allreduce", a)
 	}
-	cfg, err := schedConfig(get, arch, servers)
+	cfg, err := schedConfig(get, arch, world, servers)
 	if err != nil {
 		return s, err
 	}
@@ -260,7 +260,7 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	return s, nil
 }
 
-func schedConfig(get getenv, arch worker.Arch, servers int) (sched.Config, error) {
+func schedConfig(get getenv, arch worker.Arch, workers, servers int) (sched.Config, error) {
 	part, credit := get("AUTOBYTE_PARTITION"), get("AUTOBYTE_CREDIT")
 	switch v := get("AUTOBYTE_SCHEDULER"); v {
 	case "fifo", "priority":
@@ -282,7 +282,7 @@ func schedConfig(get getenv, arch worker.Arch, servers int) (sched.Config, error
 			return cfg, fmt.Errorf("AUTOBYTE_PARTITION=%q: %w", part, err)
 		}
 	}
-	cfg.CreditBytes = proto.DefaultCredit(arch, servers, cfg.PartitionBytes)
+	cfg.CreditBytes = proto.DefaultCredit(arch, workers, servers, cfg.PartitionBytes)
 	if credit != "" {
 		if cfg.CreditBytes, err = units.ParseBytes(credit); err != nil {
 			return cfg, fmt.Errorf("AUTOBYTE_CREDIT=%q: %w", credit, err)

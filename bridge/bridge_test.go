@@ -38,9 +38,10 @@ func TestParseSettingsDefaults(t *testing.T) {
 		t.Fatalf("profile has %d params, want 13", got)
 	}
 	// On parameter servers a credit not given covers one partition per
-	// server (proto.DefaultCredit), as the CLI's does.
-	for servers, want := range map[string]int64{"2": proto.PSCreditBytes, "8": 8 * proto.PSPartitionBytes} {
-		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_SERVERS": servers}))
+	// server, up to one per worker (proto.DefaultCredit), as the CLI's does.
+	for servers, want := range map[string]int64{"2": proto.PSCreditBytes, "8": 8 * proto.PSPartitionBytes, "12": 10 * proto.PSPartitionBytes} {
+		env := map[string]string{"AUTOBYTE_SERVERS": servers, "WORLD_SIZE": "10", "RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500", "AUTOBYTE_TOKEN": "t"}
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(env))
 		if err != nil {
 			t.Fatal(err)
 		}

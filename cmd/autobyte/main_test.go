@@ -167,8 +167,8 @@ func TestByteSchedulerDefaults(t *testing.T) {
 }
 
 // TestDefaultCreditFollowsServers: on many servers the default credit
-// covers one partition per server, and that is what keeps the servers
-// busy. ByteScheduler's 16 MB, given explicitly, is the negative control:
+// covers one partition per server (up to one per worker), and that is what
+// keeps the servers busy. ByteScheduler's 16 MB, given explicitly, is the negative control:
 // it must be far slower on the same job, or the check proves nothing.
 func TestDefaultCreditFollowsServers(t *testing.T) {
 	job := []string{"--model", "resnet50", "--workers", "64", "--servers", "32", "--iterations", "4"}
@@ -190,6 +190,11 @@ func TestDefaultCreditFollowsServers(t *testing.T) {
 	// The partition given sets the default too; a credit given wins.
 	if m := simJSON(t, "--model", "resnet50", "--workers", "8", "--servers", "8", "--partition", "8MB", "--iterations", "2"); m["credit_bytes"].(float64) != 8*m["partition_bytes"].(float64) {
 		t.Errorf("8 servers, --partition 8MB: default credit %v, want 8 x %v", m["credit_bytes"], m["partition_bytes"])
+	}
+	// 6 workers keep 6 servers busy: more pieces in flight only queue on
+	// the workers' links.
+	if m := simJSON(t, "--model", "resnet50", "--workers", "6", "--servers", "12", "--iterations", "2"); m["credit_bytes"].(float64) != 6*4e6 {
+		t.Errorf("6 workers, 12 servers: default credit %v, want 6 x 4e6", m["credit_bytes"])
 	}
 	if m := simJSON(t, "--model", "resnet50", "--workers", "8", "--servers", "8", "--credit", "4MB", "--iterations", "2"); m["credit_bytes"].(float64) != 4e6 {
 		t.Errorf("--credit 4MB on 8 servers gave %v", m["credit_bytes"])

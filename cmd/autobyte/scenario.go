@@ -55,7 +55,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.scheduler, "scheduler", "bytescheduler", "fifo (no partitioning, production order, global barrier), priority (layer order, per-layer gates), or bytescheduler (partition + priority + credit)")
 	fs.StringVar(&f.admission, "admission", "positive", "credit rule: positive (ByteScheduler: start while credit > 0) or strict (BytePS: piece must fit)")
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
-	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default for ps 16MB, or one partition per server where that is more; 64MB for allreduce)")
+	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default for ps 16MB, or one partition per server up to one per worker where that is more; 64MB for allreduce)")
 	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
 	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never; auto: --tuner autobyte switches between none and 1MiB as it measures). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
 	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
@@ -216,7 +216,7 @@ func (f *scenarioFlags) schedConfig(cmd *cobra.Command, arch sim.Arch, servers i
 			return sched.Config{}, fmt.Errorf("--partition: %w", err)
 		}
 	}
-	credit := proto.DefaultCredit(arch, servers, part)
+	credit := proto.DefaultCredit(arch, f.workers, servers, part)
 	if f.credit != "" {
 		if credit, err = units.ParseBytes(f.credit); err != nil {
 			return sched.Config{}, fmt.Errorf("--credit: %w", err)
