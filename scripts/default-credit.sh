@@ -6,6 +6,7 @@
 #
 #   scripts/default-credit.sh table [MODELS] [CLUSTERS] [ITERATIONS]
 #   scripts/default-credit.sh grid
+#   sudo scripts/default-credit.sh testbed [ROUNDS]
 #
 # table: a markdown table of the steady-state iteration time and its ratio
 # to the lower bound at 10 Gbit/s; defaults "resnet50 vgg16 bert-base gpt2",
@@ -69,8 +70,33 @@ print("slower with the default:", ", ".join("%s (%.3f)" % (j, float(x)) for j, x
 PY
 	rm -f "$out"
 	;;
+testbed)
+	rounds=${2:-3}
+	job=(--model resnet50 --workers 8 --servers 8 --bandwidth 1Gbps --compute-scale 8 --iterations 10)
+	declare -A runs
+	for r in $(seq "$rounds"); do
+		for c in 16MB default; do
+			extra=()
+			if [ "$c" = 16MB ]; then extra=(--credit 16MB); fi
+			out=$("$bin" launch --testbed abdc "${job[@]}" "${extra[@]}" --json 2>/dev/null)
+			read -r t v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
+			if [ "$v" != True ]; then
+				echo "round $r credit $c: sums not verified" >&2
+				exit 1
+			fi
+			runs[$c]="${runs[$c]:-} $t"
+			echo "round $r credit $c: $t s" >&2
+		done
+	done
+	for c in 16MB default; do
+		extra=()
+		if [ "$c" = 16MB ]; then extra=(--credit 16MB); fi
+		read -r cr p _ < <(run 10 "${job[@]}" "${extra[@]}")
+		python3 -c 'import statistics,sys; c,cr,p=sys.argv[1:4]; m=statistics.median(map(float,sys.argv[4:])); print("credit %s (%d MB): measured %.3f s (median; rounds %s), simulated %.3f s" % (c, int(float(cr))//1000000, m, " ".join("%.3f" % float(x) for x in sys.argv[4:]), float(p)))' "$c" "$cr" "$p" ${runs[$c]}
+	done
+	;;
 *)
-	echo "usage: $0 table [MODELS] [CLUSTERS] [ITERATIONS] | grid" >&2
+	echo "usage: $0 table [MODELS] [CLUSTERS] [ITERATIONS] | grid | testbed [ROUNDS]" >&2
 	exit 2
 	;;
 esac
