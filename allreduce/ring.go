@@ -99,11 +99,12 @@ type Ring struct {
 	prevRank   int
 	log        *slog.Logger
 
-	mu      sync.Mutex
-	pieces  map[pieceKey]*piece
-	err     error         // first failure; set once
-	failed  chan struct{} // closed when err is set
-	running bool          // Run was called
+	mu       sync.Mutex
+	pieces   map[pieceKey]*piece
+	err      error         // first failure; set once
+	failed   chan struct{} // closed when err is set
+	running  bool          // Run was called
+	stopping bool          // the owner ended Run's context: a failure not worth a warning
 	// heldBack counts pieces whose done waited for frames sent from their
 	// data (tests check the wait is exercised).
 	heldBack int
@@ -226,7 +227,7 @@ func (r *Ring) Run(ctx context.Context) error {
 	if r.size == 1 {
 		select {
 		case <-ctx.Done():
-			r.fail(fmt.Errorf("allreduce: rank %d: stopped: %w", r.rank, context.Cause(ctx)))
+			r.stop(ctx)
 		case <-r.failed:
 		}
 		return r.Err()
@@ -243,7 +244,7 @@ func (r *Ring) Run(ctx context.Context) error {
 	}()
 	select {
 	case <-ctx.Done():
-		r.fail(fmt.Errorf("allreduce: rank %d: stopped: %w", r.rank, context.Cause(ctx)))
+		r.stop(ctx)
 	case <-r.failed:
 	}
 	err := r.Err()
@@ -349,6 +350,16 @@ func (r *Ring) fail(err error) {
 	runAll(cs)
 }
 
+// stop fails the ring because its owner ended ctx: the owner knows why,
+// so unlike a failure the ring found itself it is not logged.
+func (r *Ring) stop(ctx context.Context) {
+	r.mu.Lock()
+	r.stopping = true
+	cs := r.failLocked(fmt.Errorf("allreduce: rank %d: stopped: %w", r.rank, context.Cause(ctx)))
+	r.mu.Unlock()
+	runAll(cs)
+}
+
 func (r *Ring) failLocked(err error) []completion {
 	if r.err != nil {
 		return nil
@@ -362,7 +373,7 @@ func (r *Ring) failLocked(err error) []completion {
 		}
 		delete(r.pieces, k)
 	}
-	if !errors.Is(err, context.Canceled) {
+	if !r.stopping && !errors.Is(err, context.Canceled) {
 		r.log.Warn("allreduce: ring failed", "rank", r.rank, "pieces_in_flight", len(cs), "err", err)
 	}
 	return cs

@@ -131,7 +131,8 @@ const DefaultProgressInterval = 30 * time.Second
 // Patience bounds a rendezvous and reports on it while it waits.
 type Patience struct {
 	// Timeout ends the rendezvous with an error naming what is missing;
-	// 0 means DefaultRendezvousTimeout.
+	// 0 means DefaultRendezvousTimeout, a negative value no timeout (the
+	// wait ends with ctx).
 	Timeout time.Duration
 	// Every is how often Log hears what is still awaited; 0 means
 	// DefaultProgressInterval.
@@ -158,7 +159,7 @@ func (e *RendezvousTimeoutError) Error() string {
 // a *RendezvousTimeoutError built from waiting() at that moment.
 func (p Patience) watch(ctx context.Context, where string, waiting func() string) (context.Context, func()) {
 	timeout, every := p.Timeout, p.Every
-	if timeout <= 0 {
+	if timeout == 0 {
 		timeout = DefaultRendezvousTimeout
 	}
 	if every <= 0 {
@@ -166,9 +167,13 @@ func (p Patience) watch(ctx context.Context, where string, waiting func() string
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	start := time.Now()
-	timer := time.AfterFunc(timeout, func() {
-		cancel(&RendezvousTimeoutError{Timeout: timeout, Waiting: waiting(), Where: where})
-	})
+	stopTimer := func() bool { return false }
+	if timeout > 0 {
+		timer := time.AfterFunc(timeout, func() {
+			cancel(&RendezvousTimeoutError{Timeout: timeout, Waiting: waiting(), Where: where})
+		})
+		stopTimer = timer.Stop
+	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	if p.Log != nil {
@@ -191,7 +196,7 @@ func (p Patience) watch(ctx context.Context, where string, waiting func() string
 		}()
 	}
 	return ctx, func() {
-		timer.Stop()
+		stopTimer()
 		close(done)
 		wg.Wait()
 		cancel(nil)

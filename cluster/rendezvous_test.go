@@ -88,6 +88,28 @@ func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
 	}
 }
 
+// TestJoinWithoutTimeout: a negative timeout waits until ctx ends (a
+// server waiting for a training script's next job), and the error is ctx's,
+// not a rendezvous timeout.
+func TestJoinWithoutTimeout(t *testing.T) {
+	port, err := FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err = Join(ctx, addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: -1})
+	var te *RendezvousTimeoutError
+	if err == nil || errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Join without a timeout: %v, want ctx's deadline", err)
+	}
+	if took := time.Since(start); took < 500*time.Millisecond {
+		t.Errorf("Join without a timeout gave up after %v, before ctx ended", took)
+	}
+}
+
 // TestRendezvousWithinTimeout: a job that gathers before the timeout is
 // not disturbed by it, and the watcher stops (no progress message after).
 func TestRendezvousWithinTimeout(t *testing.T) {

@@ -2,6 +2,7 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -256,5 +257,66 @@ func TestModelAgnosticServer(t *testing.T) {
 	}
 	if err := (Spec{Arch: worker.AllReduce, Workers: 2}).ValidateServer(); err == nil || !strings.Contains(err.Error(), "arch") {
 		t.Fatalf("ValidateServer(all-reduce) = %v, want an error naming the architecture", err)
+	}
+}
+
+// TestServeSessions: a server serving successive jobs serves two jobs of
+// the same workers one after the other, exactly (VerifyFull), sums their
+// bytes, and ends without error when stopped while it waits for a third.
+// The negative control is RunServer (one job): the second job's workers
+// then find no server and fail their rendezvous.
+func TestServeSessions(t *testing.T) {
+	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 2}
+	bare := Spec{Arch: worker.PS, Workers: 2, Servers: 1}
+	n := Net{Master: freeAddr(t), Listen: "127.0.0.1:0", Token: "tok", PeerTimeout: 5 * time.Second, RendezvousTimeout: 3 * time.Second}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	runJob := func() error {
+		errs := make(chan error, 2)
+		for r := range 2 {
+			go func() {
+				_, err := RunWorker(ctx, spec, WorkerOptions{Rank: r, Verify: worker.VerifyFull}, n)
+				errs <- err
+			}()
+		}
+		return errors.Join(<-errs, <-errs)
+	}
+
+	srvCtx, stop := context.WithCancel(ctx)
+	type result struct {
+		sum *Summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() { s, err := ServeSessions(srvCtx, bare, 0, n, 0); done <- result{s, err} }()
+	for job := range 2 {
+		if err := runJob(); err != nil {
+			t.Fatalf("job %d with a server serving successive jobs: %v", job, err)
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // the server waits for a third job
+	stop()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("server stopped between jobs: %v, want nil", r.err)
+	}
+	// The server's summary covers both jobs: twice one job's bytes.
+	single := make(chan result, 1)
+	go func() { s, err := RunServer(ctx, bare, 0, n); single <- result{s, err} }()
+	if err := runJob(); err != nil {
+		t.Fatalf("one job: %v", err)
+	}
+	s1 := <-single
+	if s1.err != nil {
+		t.Fatal(s1.err)
+	}
+	if r.sum.BytesReceived != 2*s1.sum.BytesReceived || s1.sum.BytesReceived == 0 {
+		t.Errorf("server of two jobs received %d bytes, one job %d: want twice", r.sum.BytesReceived, s1.sum.BytesReceived)
+	}
+	if err := runJob(); err == nil || !strings.Contains(err.Error(), "server 0") {
+		t.Errorf("a second job after RunServer's one: %v, want the rendezvous to fail waiting for server 0", err)
+	}
+	if _, err := ServeSessions(ctx, bare, 0, n, -1); err == nil || !strings.Contains(err.Error(), "-1") {
+		t.Errorf("ServeSessions(-1) = %v, want an error naming -1", err)
 	}
 }

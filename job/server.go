@@ -18,29 +18,75 @@ import (
 // architecture, worker and server counts and pull mode (ServerDigest): the
 // profile may be nil.
 func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, error) {
+	sum, _, err := runServer(ctx, spec, index, n, n.patience())
+	return sum, err
+}
+
+// ServeSessions serves successive jobs of the same workers as parameter
+// server index: after a job ends in order it joins the next rendezvous at
+// the same coordinator (a training script that opens the engine again,
+// e.g. after autobyte.torch.shutdown()), up to sessions jobs (0: until ctx
+// ends). The first job is awaited as RunServer awaits it; a later one
+// without a timeout and without progress logs, since a script may train
+// for hours before it opens the engine again or never do, and ctx ending
+// while the server waits for it is a normal end (nil). The summary adds up
+// the bytes of every job, and an error ends the loop.
+func ServeSessions(ctx context.Context, spec Spec, index int, n Net, sessions int) (*Summary, error) {
+	if sessions < 0 {
+		return &Summary{Role: "server", Rank: index}, fmt.Errorf("job: server %d: sessions must be >= 0 (0: until stopped), got %d", index, sessions)
+	}
 	start := time.Now()
-	sum := &Summary{Role: "server", Rank: index}
+	total := &Summary{Role: "server", Rank: index}
+	idle := cluster.Patience{Timeout: -1}
+	for k := 0; sessions == 0 || k < sessions; k++ {
+		p := n.patience()
+		if k > 0 {
+			p = idle
+		}
+		sum, joined, err := runServer(ctx, spec, index, n, p)
+		total.BytesSent += sum.BytesSent
+		total.BytesReceived += sum.BytesReceived
+		total.WallS = time.Since(start).Seconds()
+		if err != nil {
+			if k > 0 && !joined && ctx.Err() != nil {
+				return total, nil // stopped between jobs
+			}
+			return total, err
+		}
+		if n.Logger != nil && sessions != 1 {
+			n.Logger.Info("job: server finished a job; waiting for the next", "server", index, "jobs", k+1)
+		}
+	}
+	return total, nil
+}
+
+// runServer is RunServer with the rendezvous's patience given; joined
+// reports whether the server got as far as the job's member table.
+func runServer(ctx context.Context, spec Spec, index int, n Net, patience cluster.Patience) (sum *Summary, joined bool, err error) {
+	start := time.Now()
+	sum = &Summary{Role: "server", Rank: index}
 	if err := spec.ValidateServer(); err != nil {
-		return sum, err
+		return sum, joined, err
 	}
 	if index < 0 || index >= spec.Servers {
-		return sum, fmt.Errorf("job: server index %d out of range for %d servers", index, spec.Servers)
+		return sum, joined, fmt.Errorf("job: server index %d out of range for %d servers", index, spec.Servers)
 	}
 	cfg, err := n.transport("server", index)
 	if err != nil {
-		return sum, err
+		return sum, joined, err
 	}
 	l, err := transport.Listen(listenAddr(n.Listen), cfg)
 	if err != nil {
-		return sum, fmt.Errorf("job: server %d: %w", index, err)
+		return sum, joined, fmt.Errorf("job: server %d: %w", index, err)
 	}
 	defer l.Close()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
 	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.ServerDigest()}
-	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg, n.patience())
+	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg, patience)
 	if err != nil {
-		return sum, err
+		return sum, joined, err
 	}
+	joined = true
 	defer ctl.Close()
 
 	ctx, cancel := context.WithCancelCause(ctx)
@@ -65,14 +111,14 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 		c, err := l.Accept(ctx)
 		if err != nil {
 			closeAll(conns, err)
-			return sum, fmt.Errorf("job: server %d waiting for %d more workers: %w", index, spec.Workers-got, context.Cause(ctx))
+			return sum, joined, fmt.Errorf("job: server %d waiting for %d more workers: %w", index, spec.Workers-got, context.Cause(ctx))
 		}
 		r := c.PeerRank()
 		if c.PeerRole() != "worker" || r < 0 || r >= spec.Workers || conns[r] != nil {
 			err := fmt.Errorf("job: server %d: unexpected peer %s (want each of %d workers once)", index, c.Peer(), spec.Workers)
 			_ = c.CloseWithReason(err.Error())
 			closeAll(conns, err)
-			return sum, err
+			return sum, joined, err
 		}
 		conns[r] = c
 	}
@@ -98,7 +144,7 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 	}
 	srv, err := ps.New(po)
 	if err != nil {
-		return sum, err
+		return sum, joined, err
 	}
 	err = srv.Serve(ctx, conns)
 	for _, c := range conns {
@@ -115,7 +161,7 @@ func RunServer(ctx context.Context, spec Spec, index int, n Net) (*Summary, erro
 		}
 	}
 	sum.WallS = time.Since(start).Seconds()
-	return sum, err
+	return sum, joined, err
 }
 
 func closeAll(conns []*transport.Conn, err error) {

@@ -42,6 +42,10 @@ type Child struct {
 	// Server: the child ends after the others (a parameter server); when
 	// every other child exited 0 it gets ServerGrace to follow.
 	Server bool
+	// UntilStopped: a server that serves one job after another and ends
+	// only when stopped; once every other child exited 0 it is stopped at
+	// once, which is its normal end.
+	UntilStopped bool
 	// OnStdout and OnStderr, if set, see every line of the child's output
 	// (for display). Stdout is also kept whole (Stdout).
 	OnStdout, OnStderr func(line string)
@@ -257,8 +261,12 @@ func (s *Supervisor) Wait(ctx context.Context) ([]*Child, error) {
 				// Whoever is left is what the others lost: hung, not
 				// coming back. Waiting out the grace would only delay.
 				kill = s.stop()
-			case failed == nil && s.onlyServersLeft() && grace == nil:
-				grace = time.After(s.o.ServerGrace)
+			case failed == nil && s.onlyServersLeft() && grace == nil && kill == nil:
+				if s.onlyUntilStoppedLeft() {
+					kill = s.stop()
+				} else {
+					grace = time.After(s.o.ServerGrace)
+				}
 			}
 		case <-grace:
 			grace = nil
@@ -342,6 +350,21 @@ func (s *Supervisor) onlyLostLeft() bool {
 		running := c.exited.IsZero()
 		c.mu.Unlock()
 		if running && !lost[c.Name] {
+			return false
+		}
+	}
+	return true
+}
+
+// onlyUntilStoppedLeft: every child still running serves until stopped.
+func (s *Supervisor) onlyUntilStoppedLeft() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.children {
+		c.mu.Lock()
+		running := c.exited.IsZero()
+		c.mu.Unlock()
+		if running && !c.UntilStopped {
 			return false
 		}
 	}

@@ -249,6 +249,32 @@ func TestServersMustFollowWorkers(t *testing.T) {
 	}
 }
 
+// TestUntilStoppedServersAreStoppedWithTheWorkers: servers that serve one
+// job after another are stopped as soon as every worker exited 0, and that
+// is success, not the late servers of TestServersMustFollowWorkers; if a
+// worker fails, the failure is still the job's.
+func TestUntilStoppedServersAreStoppedWithTheWorkers(t *testing.T) {
+	srv := newChild(t, "server 0", "serve")
+	srv.Server, srv.UntilStopped = true, true
+	_, d, err := runAll(t, Options{ServerGrace: 5 * time.Second, KillAfter: 5 * time.Second}, srv, newChild(t, "worker 0", "ok"))
+	if err != nil {
+		t.Fatalf("workers done, until-stopped server stopped: %v, want success", err)
+	}
+	if d > 3*time.Second {
+		t.Errorf("Wait took %v: the server should be stopped at once, not after ServerGrace (5 s)", d)
+	}
+	if srv.stopped.IsZero() {
+		t.Error("the server was never signalled")
+	}
+	srv = newChild(t, "server 0", "serve")
+	srv.Server, srv.UntilStopped = true, true
+	_, _, err = runAll(t, Options{Grace: 200 * time.Millisecond, KillAfter: 200 * time.Millisecond}, srv, newChild(t, "worker 0", "raise:0s"))
+	var f *Failure
+	if !errors.As(err, &f) || f.Child != "worker 0" {
+		t.Fatalf("a worker raised beside an until-stopped server: %v, want worker 0's failure", err)
+	}
+}
+
 func TestInterrupted(t *testing.T) {
 	s := New(Options{KillAfter: 200 * time.Millisecond})
 	if err := s.Start(newChild(t, "worker 0", "serve")); err != nil {

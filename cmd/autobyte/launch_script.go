@@ -213,8 +213,11 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 			return fmt.Errorf("launch: %w", err)
 		}
 	}
+	// The servers serve every engine the script opens, one after another
+	// (a script may train a model, shut autobyte down and distribute the
+	// next), until the workers are done and launch stops them.
 	jobArgs := []string{"--arch=ps", "--workers=" + strconv.Itoa(spec.Workers), "--servers=" + strconv.Itoa(spec.Servers),
-		"--master=" + master, "--log-level=" + lc.logLevel, "--peer-timeout=" + lc.peerTimeout.String()}
+		"--master=" + master, "--log-level=" + lc.logLevel, "--peer-timeout=" + lc.peerTimeout.String(), "--sessions=0"}
 	if lc.noShm {
 		jobArgs = append(jobArgs, "--shm=false")
 	}
@@ -228,7 +231,7 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 		for m := 0; m < spec.Servers; m++ {
 			name := fmt.Sprintf("server %d", m)
 			c := &supervise.Child{Name: name, Cmd: command(m, self, childArgs("server", m, nil, jobArgs, listen(m))...),
-				Status: true, Server: true, OnStderr: lineTo(errOut, "["+name+"] ")}
+				Status: true, Server: true, UntilStopped: true, OnStderr: lineTo(errOut, "["+name+"] ")}
 			c.Cmd.Env = append(os.Environ(), "AUTOBYTE_TOKEN="+token)
 			if err := sup.Start(c); err != nil {
 				return err

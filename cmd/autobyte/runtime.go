@@ -162,7 +162,7 @@ func printSummary(cmd *cobra.Command, st *supervise.Reporter, s *job.Summary, er
 func newServerCmd() *cobra.Command {
 	var f scenarioFlags
 	var n netFlags
-	var index int
+	var index, sessions int
 	cmd := &cobra.Command{
 		Use:   "server",
 		Short: "Run one parameter server of a job (usually started by 'autobyte launch')",
@@ -193,13 +193,14 @@ workers' (they are checked at rendezvous); --model is accepted and ignored.`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			s, err := job.RunServer(ctx, spec, index, jn)
+			s, err := job.ServeSessions(ctx, spec, index, jn, sessions)
 			return printSummary(cmd, supervise.FromEnv(), s, err)
 		},
 	}
 	f.register(cmd)
 	n.register(cmd)
 	cmd.Flags().IntVar(&index, "index", 0, "this server's index (0 .. servers-1)")
+	cmd.Flags().IntVar(&sessions, "sessions", 1, "jobs to serve one after another, each from its rendezvous (0: until stopped; a training script that opens the engine again, e.g. after autobyte.torch.shutdown(), starts a new job)")
 	return cmd
 }
 

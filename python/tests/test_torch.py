@@ -89,6 +89,38 @@ class FifoWithBroadcast(unittest.TestCase, Compare):
         self.run_fifo("bf16", ["--compression", "bf16"], "smooth")
 
 
+class Stages(unittest.TestCase):
+    """Two DistributedOptimizers one after the other in one script (the
+    head alone, then autobyte.torch.shutdown() and the whole model): on the
+    ring and on parameter servers, which serve the second engine as a new
+    job, every rank ends where the exact update of both stages ends."""
+
+    SCRIPT = os.path.join(HERE, "stages_worker.py")
+
+    def check(self, launch_args):
+        ref, got = os.path.join(_tmp, "stages-ref.pt"), os.path.join(_tmp, "stages-%s.pt" % "-".join(launch_args))
+        r = subprocess.run([PY, self.SCRIPT, "--backend", "reference", "--world", "3", "--out", ref], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        out = run_ok(self, ["--workers", "3"] + launch_args, ["--out", got], script=self.SCRIPT)
+        sums = {line.split()[-1] for line in out.splitlines() if " checksum " in line}
+        self.assertEqual(len(sums), 1, "ranks end apart:\n%s" % out)
+        want, have = torch.load(ref), torch.load(got)
+        for k in want:
+            err = ((have[k] - want[k]).norm() / want[k].norm()).item()
+            self.assertLessEqual(err, TOL, "%s %s: %.2e from the exact update" % (launch_args, k, err))
+        torch.manual_seed(0)
+        initial = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2)).state_dict()
+        for k in ("0.weight", "2.weight"):  # both stages moved their parameters: not vacuous
+            self.assertGreater((want[k] - initial[k]).abs().max().item(), 1e-3, "%s did not train" % k)
+
+    def test_ring(self):
+        self.check(["--arch", "allreduce"])
+
+    def test_parameter_servers(self):
+        self.check(["--servers", "2"])
+
+
 class TorchrunStyle(unittest.TestCase, Compare):
     """Without the launcher: the processes get only the torchrun variables
     and a shared AUTOBYTE_TOKEN, and use ring all-reduce. torch.distributed
@@ -258,6 +290,16 @@ class Errors(unittest.TestCase):
                 ab.init(**kw)
         # A refused init changes nothing: this process is still rank 0 of 1.
         self.assertEqual((ab.rank(), ab.size()), (0, 1))
+
+    def test_two_open_optimizers(self):
+        # One engine per process: a second DistributedOptimizer while the
+        # first is open is refused, naming the first and the way out.
+        g, d = self.model(), self.model()
+        ab.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), g)
+        with self.assertRaisesRegex(AutobyteError, r"already has a DistributedOptimizer open \(over a Sequential with 4 parameters\).*autobyte.torch.shutdown\(\)"):
+            ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)
+        ab.shutdown()
+        ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)  # after shutdown(), the next is fine
 
     def test_unsupported_optimizer(self):
         m = self.model()

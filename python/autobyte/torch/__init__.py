@@ -231,6 +231,15 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
         raise AutobyteError("autobyte: this optimizer is already distributed")
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise AutobyteError("autobyte: backward_passes_per_step must be an integer >= 1, got %r" % (backward_passes_per_step,))
+    for ref in _sessions:
+        other = ref()
+        if other is not None and not other.closed:
+            raise AutobyteError(
+                "autobyte: this process already has a DistributedOptimizer open (over a %s with %d parameters); "
+                "autobyte synchronises one model per process at a time, so models trained by separate optimizers "
+                "at once (a GAN's generator and discriminator, say) are not supported: distribute them as one "
+                "module with one optimizer, or call autobyte.torch.shutdown() when done with the first before "
+                "distributing the next" % (type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
     s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step)
