@@ -261,10 +261,10 @@ func (s *Supervisor) Wait(ctx context.Context) ([]*Child, error) {
 				// Whoever is left is what the others lost: hung, not
 				// coming back. Waiting out the grace would only delay.
 				kill = s.stop()
-			case failed == nil && s.onlyServersLeft() && grace == nil && kill == nil:
-				if s.onlyUntilStoppedLeft() {
+			case failed == nil && grace == nil && kill == nil:
+				if only, untilStopped := s.onlyServersLeft(); untilStopped {
 					kill = s.stop()
-				} else {
+				} else if only {
 					grace = time.After(s.o.ServerGrace)
 				}
 			}
@@ -356,27 +356,13 @@ func (s *Supervisor) onlyLostLeft() bool {
 	return true
 }
 
-// onlyUntilStoppedLeft: every child still running serves until stopped.
-func (s *Supervisor) onlyUntilStoppedLeft() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, c := range s.children {
-		c.mu.Lock()
-		running := c.exited.IsZero()
-		c.mu.Unlock()
-		if running && !c.UntilStopped {
-			return false
-		}
-	}
-	return true
-}
-
 // onlyServersLeft: every child still running is a server, and every other
-// child exited 0.
-func (s *Supervisor) onlyServersLeft() bool {
+// child exited 0 (only); untilStopped: besides, every one of those servers
+// serves until stopped.
+func (s *Supervisor) onlyServersLeft() (only, untilStopped bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	left := 0
+	left, serving := 0, 0
 	for _, c := range s.children {
 		c.mu.Lock()
 		running, ok := c.exited.IsZero(), c.err == nil
@@ -384,11 +370,14 @@ func (s *Supervisor) onlyServersLeft() bool {
 		if running {
 			left++
 			if !c.Server {
-				return false
+				return false, false
+			}
+			if c.UntilStopped {
+				serving++
 			}
 		} else if !ok {
-			return false
+			return false, false
 		}
 	}
-	return left > 0
+	return left > 0, left > 0 && serving == left
 }
