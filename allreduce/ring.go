@@ -99,12 +99,16 @@ type Ring struct {
 	prevRank   int
 	log        *slog.Logger
 
-	mu       sync.Mutex
-	pieces   map[pieceKey]*piece
-	err      error         // first failure; set once
-	failed   chan struct{} // closed when err is set
-	running  bool          // Run was called
-	stopping bool          // the owner ended Run's context: a failure not worth a warning
+	mu      sync.Mutex
+	pieces  map[pieceKey]*piece
+	err     error         // first failure; set once
+	failed  chan struct{} // closed when err is set
+	running bool          // Run was called
+	// prevLeft and nextLeft: that neighbour said goodbye. It finished
+	// every piece it will ever start, so a piece started here afterwards
+	// can never complete (the others ran more iterations than it did).
+	prevLeft, nextLeft bool
+	stopping           bool // the owner ended Run's context: a failure not worth a warning
 	// heldBack counts pieces whose done waited for frames sent from their
 	// data (tests check the wait is exercised).
 	heldBack int
@@ -314,7 +318,8 @@ func (r *Ring) readPrev() {
 			return
 		}
 		if isGoodbye(f) {
-			return // the previous rank finished; it sends nothing more
+			r.prevSaidGoodbye() // it sends nothing more
+			return
 		}
 		if err := r.receive(f); err != nil {
 			r.fail(err)
@@ -329,7 +334,12 @@ func (r *Ring) readPrev() {
 func (r *Ring) watchNext() {
 	f, err := r.next.Recv()
 	if err == nil && isGoodbye(f) {
-		return // the next rank finished and needs nothing more from us
+		// The next rank finished and needs nothing more from us; pieces
+		// started here from now on would need it.
+		r.mu.Lock()
+		r.nextLeft = true
+		r.mu.Unlock()
+		return
 	}
 	if err == nil {
 		err = fmt.Errorf("allreduce: rank %d: next rank %d sent an unexpected %v frame (iteration %d, key %d, piece %d, aux %d) on the ring's forward connection",
@@ -338,6 +348,38 @@ func (r *Ring) watchNext() {
 		err = fmt.Errorf("allreduce: rank %d: lost next rank %d: %w", r.rank, r.nextRank, err)
 	}
 	r.fail(err)
+}
+
+// prevSaidGoodbye records the previous rank's goodbye. Every frame it sent
+// came before it, so a piece in flight here that still lacks a step's
+// frame will never get it: the ring fails, naming the piece.
+func (r *Ring) prevSaidGoodbye() {
+	r.mu.Lock()
+	r.prevLeft = true
+	var cs []completion
+	for _, pc := range r.pieces {
+		if !pc.started || pc.finished {
+			continue
+		}
+		for s := pc.next; s < r.steps; s++ {
+			if pc.recv[s] == nil {
+				cs = r.failLocked(r.leftError(r.prevRank, pc.key))
+				break
+			}
+		}
+		if r.err != nil {
+			break
+		}
+	}
+	r.mu.Unlock()
+	runAll(cs)
+}
+
+// leftError is the ring's failure when neighbour rank left before piece k,
+// which this rank started.
+func (r *Ring) leftError(rank int, k pieceKey) error {
+	return fmt.Errorf("allreduce: rank %d: rank %d finished and left the job before %v, which this rank started: "+
+		"every worker must run the same iterations (did one run out of data first?)", r.rank, rank, k)
 }
 
 // fail records err as the ring's failure (the first one wins) and calls
@@ -403,6 +445,16 @@ func (r *Ring) Start(p sched.Piece, priority uint64, d dtype.DType, data []float
 		err := r.err
 		r.mu.Unlock()
 		go done(err)
+		return
+	}
+	if r.prevLeft || r.nextLeft {
+		rank := r.prevRank
+		if !r.prevLeft {
+			rank = r.nextRank
+		}
+		cs := append(r.failLocked(r.leftError(rank, k)), completion{done, r.err})
+		r.mu.Unlock()
+		go runAll(cs)
 		return
 	}
 	pc := r.pieces[k]

@@ -546,6 +546,71 @@ func TestLostNeighbour(t *testing.T) {
 	}
 }
 
+// TestRankLeftEarly: a rank that says goodbye while the others still start
+// pieces (it ran fewer iterations) makes the ring fail with an error naming
+// it and the piece, on every other rank and within a bounded time, whether
+// the others started the piece before its goodbye or after. Goodbyes after
+// the last piece leave every ring without an error (the control).
+func TestRankLeftEarly(t *testing.T) {
+	const n = 10
+	for _, size := range []int{2, 3} {
+		for _, startedFirst := range []bool{true, false} {
+			name := fmt.Sprintf("ring of %d, started before the goodbye %v", size, startedFirst)
+			tr := newRing(t, size)
+			allReduce(t, tr, []int{n}, nil, 5*time.Second)
+			leaver := size - 1
+			done := make(chan result, size)
+			start := func() {
+				for r := range size {
+					if r != leaver {
+						tr.rings[r].Start(pieceOf(1, n), 1, dtype.F32, input(r, 1, n), func(err error) { done <- result{r, 1, err} })
+					}
+				}
+			}
+			if startedFirst {
+				start()
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := tr.rings[leaver].Goodbye(2 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if !startedFirst {
+				time.Sleep(100 * time.Millisecond) // the goodbyes are in first
+				start()
+			}
+			want := fmt.Sprintf("rank %d finished and left the job before piece (epoch 0, iteration 0, tensor 1, index 1)", leaver)
+			for range size - 1 {
+				select {
+				case x := <-done:
+					if x.err == nil || !strings.Contains(x.err.Error(), want) {
+						t.Errorf("%s: rank %d: done(%v), want an error containing %q", name, x.rank, x.err, want)
+					}
+				case <-time.After(3 * time.Second):
+					t.Fatalf("%s: a piece still waits 3 s after rank %d left", name, leaver)
+				}
+			}
+			for r := range size - 1 {
+				if err := tr.runErr(t, r, 3*time.Second); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s: rank %d: Run = %v, want an error containing %q", name, r, err, want)
+				}
+			}
+		}
+		tr := newRing(t, size)
+		allReduce(t, tr, []int{n, n}, nil, 5*time.Second)
+		for r := range size {
+			if err := tr.rings[r].Goodbye(2 * time.Second); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		for r := range size {
+			if err := tr.rings[r].Err(); err != nil {
+				t.Errorf("ring of %d: rank %d failed after goodbyes that followed the last piece: %v", size, r, err)
+			}
+		}
+	}
+}
+
 // runRank0WithPiece runs rank 0 of a ring of 2 over next[0] and prev[0]
 // until the test ends and starts one 10-element piece on it: Run's error
 // and the piece's come back on the channels.

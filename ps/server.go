@@ -109,6 +109,10 @@ type Server struct {
 	// instead of starting a piece that can never complete.
 	finished map[pieceKey]bool
 	byIter   map[uint32][]pieceKey
+	// left marks the workers that said goodbye; anyLeft is set with the
+	// first. A piece such a worker did not push can never complete.
+	left    []bool
+	anyLeft atomic.Bool
 
 	statsMu sync.Mutex
 	pieces  int64
@@ -141,7 +145,8 @@ func New(o Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	srv := &Server{o: o, log: log, accs: map[pieceKey]*accum{}, finished: map[pieceKey]bool{}, byIter: map[uint32][]pieceKey{}}
+	srv := &Server{o: o, log: log, accs: map[pieceKey]*accum{}, finished: map[pieceKey]bool{}, byIter: map[uint32][]pieceKey{},
+		left: make([]bool, o.Workers)}
 	srv.latest.Store(-1)
 	return srv, nil
 }
@@ -207,7 +212,7 @@ func (s *Server) read(c *transport.Conn) error {
 			return fmt.Errorf("ps: lost worker %d: %w", c.PeerRank(), err)
 		}
 		if cluster.IsBye(f) {
-			return nil
+			return s.leave(c.PeerRank())
 		}
 		switch f.Kind {
 		case transport.KindPush:
@@ -227,6 +232,52 @@ func (s *Server) read(c *transport.Conn) error {
 			return fmt.Errorf("ps: worker %d sent an unexpected %v frame", c.PeerRank(), f.Kind)
 		}
 	}
+}
+
+// leave records worker r's goodbye. A worker says goodbye once it has every
+// sum it will ever need, so every piece still open that it did not push is
+// waiting for a push that will never come (the others ran more iterations
+// than it did, e.g. it had fewer batches): that ends the job with an error
+// that says so, instead of leaving the others waiting for ever.
+func (s *Server) leave(r int) error {
+	s.mu.Lock()
+	s.left[r] = true
+	s.anyLeft.Store(true)
+	open := make([]*accum, 0, len(s.accs))
+	for _, a := range s.accs {
+		open = append(open, a)
+	}
+	s.mu.Unlock()
+	for _, a := range open {
+		a.mu.Lock()
+		pushed, h := a.order.Pushed(r), a.hdr
+		a.mu.Unlock()
+		if !pushed {
+			return leftError(r, h)
+		}
+	}
+	return nil
+}
+
+// checkNoneLeft refuses a push by worker pusher into a when a worker that
+// left did not push it (a.mu held).
+func (s *Server) checkNoneLeft(a *accum, h transport.Header, pusher int) error {
+	if !s.anyLeft.Load() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for r, gone := range s.left {
+		if gone && !a.order.Pushed(r) {
+			return fmt.Errorf("%w (worker %d pushed it)", leftError(r, h), pusher)
+		}
+	}
+	return nil
+}
+
+func leftError(r int, h transport.Header) error {
+	return fmt.Errorf("ps: worker %d finished and left the job without pushing tensor %d piece %d shard %d of iteration %d, which other workers pushed: "+
+		"every worker must run the same iterations (did one run out of data first?)", r, h.Key, h.Piece, h.Aux, h.Iteration)
 }
 
 func keyOf(h transport.Header) pieceKey {
@@ -292,6 +343,9 @@ func (s *Server) push(c *transport.Conn, f transport.Frame) (kept bool, err erro
 	}
 	if a.order.Pushed(r) {
 		return false, fmt.Errorf("ps: worker %d pushed tensor %d piece %d shard %d iteration %d twice", r, f.Key, f.Piece, f.Aux, f.Iteration)
+	}
+	if err := s.checkNoneLeft(a, f.Header, r); err != nil {
+		return false, err
 	}
 	if a.order.Count() == 0 {
 		a.hdr = f.Header

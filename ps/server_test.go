@@ -444,6 +444,52 @@ func TestLostWorker(t *testing.T) {
 	}
 }
 
+// TestWorkerLeftEarly: a worker that says goodbye while the others still
+// push (it ran fewer iterations, e.g. it had fewer batches) ends Serve with
+// an error naming it and the piece it left open, whether the others pushed
+// that piece before its goodbye or after, and the others are told why
+// instead of waiting for ever. The same goodbye after the last piece was
+// answered ends Serve cleanly (the control).
+func TestWorkerLeftEarly(t *testing.T) {
+	const n = 3
+	done := piece{key: 1, elems: 6}
+	open := piece{iter: 1, key: 4, piece: 2, aux: 1, elems: 5}
+	for _, mode := range []Mode{AnswerPush, SeparatePull} {
+		for _, pushedFirst := range []bool{true, false} {
+			name := fmt.Sprintf("mode %d, push before goodbye %v", mode, pushedFirst)
+			r := newRig(t, n, mode)
+			r.barrier(done)
+			if pushedFirst {
+				r.push(0, open)
+				r.barrier(piece{key: 9, elems: 1}) // the push is in before the goodbye
+			}
+			if err := r.workers[2].Send(cluster.ByeFrame(2)); err != nil {
+				t.Fatal(err)
+			}
+			if !pushedFirst {
+				time.Sleep(quietTime) // the goodbye is in first
+				r.push(0, open)
+			}
+			err := r.wait(2 * time.Second)
+			if err == nil || !strings.Contains(err.Error(), "worker 2 finished and left the job without pushing tensor 4 piece 2 shard 1 of iteration 1") {
+				t.Fatalf("%s: Serve = %v, want an error naming worker 2 and the open piece", name, err)
+			}
+			var pc *transport.PeerClosedError
+			if err := <-r.recvErr[0]; !errors.As(err, &pc) || !strings.Contains(pc.Reason, "worker 2 finished and left") {
+				t.Errorf("%s: worker 0: Recv = %v, want the server closing with the reason", name, err)
+			}
+		}
+		r := newRig(t, n, mode)
+		r.barrier(done)
+		if err := r.workers[2].Send(cluster.ByeFrame(2)); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.bye(); err != nil {
+			t.Fatalf("mode %d: goodbyes after every piece was answered: Serve = %v", mode, err)
+		}
+	}
+}
+
 // TestBadPushes: each protocol violation ends Serve with an error naming
 // the worker and the offending value.
 func TestBadPushes(t *testing.T) {

@@ -267,6 +267,19 @@ class Faults(unittest.TestCase):
     def test_kill_worker_0(self):
         self.check(0)
 
+    def test_worker_with_fewer_steps(self):
+        # A worker that runs out of data first and ends normally leaves the
+        # others pushing pieces it will never push: the job must end, naming
+        # it, instead of waiting for ever (DDP's gloo fails there too).
+        for arch in (["--servers", "2"], ["--arch", "allreduce"]):
+            rc, out, secs = launch(["--workers", "3"] + arch, ["--backend", "autobyte", "--iterations", "40", "--short-rank", "1"],
+                                   timeout=60)
+            self.assertNotEqual(rc, 0, out)
+            self.assertRegex(out, r"(worker|rank) 1 finished and left the job .*every worker must run the same iterations", out)
+            self.assertLess(secs, 30, out)
+            left = subprocess.run(["pgrep", "-f", WORKER], stdout=subprocess.PIPE, text=True).stdout.split()
+            self.assertEqual(left, [], "worker processes left behind: %s" % left)
+
 
 class Errors(unittest.TestCase):
     """Unsupported use fails with a message that says what and why (one
