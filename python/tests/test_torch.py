@@ -13,6 +13,7 @@ import unittest
 
 import torch
 
+from after_step_worker import CLAMP
 from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, free_port, launch, reference, run_ok  # noqa: F401
 
 import autobyte.torch as ab  # noqa: E402
@@ -119,6 +120,45 @@ class Stages(unittest.TestCase):
 
     def test_parameter_servers(self):
         self.check(["--servers", "2"])
+
+
+class AfterStep(unittest.TestCase):
+    """Parameters changed or read after optimizer.step(): weight clipping and
+    a moving average of the weights (AveragedModel) end where the exact run
+    ends once optimizer.synchronize() follows step(); without it the clamp
+    is refused, naming the parameter, instead of being silently combined
+    with an update applied after it."""
+
+    SCRIPT = os.path.join(HERE, "after_step_worker.py")
+
+    def check(self, case, launch_args):
+        ref, got = os.path.join(_tmp, "after-%s-ref.pt" % case), os.path.join(_tmp, "after-%s-%s.pt" % (case, "-".join(launch_args)))
+        r = subprocess.run([PY, self.SCRIPT, "--case", case, "--backend", "reference", "--world", "3", "--out", ref], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        out = run_ok(self, ["--workers", "3"] + launch_args, ["--case", case, "--out", got], script=self.SCRIPT)
+        sums = {line.split()[-1] for line in out.splitlines() if " checksum " in line}
+        self.assertEqual(len(sums), 1, "ranks end apart:\n%s" % out)
+        want, have = torch.load(ref), torch.load(got)
+        for k in want:
+            if want[k].is_floating_point():
+                err = ((have[k] - want[k]).norm() / want[k].norm()).item()
+                self.assertLessEqual(err, TOL, "%s %s %s: %.2e from the exact run" % (case, launch_args, k, err))
+        if case == "clamp":  # not vacuous: the clamp bound some weights
+            self.assertAlmostEqual(want["model.0.weight"].abs().max().item(), CLAMP, places=6)
+
+    def test_clamp_parameter_servers(self):
+        self.check("clamp", ["--servers", "2"])
+
+    def test_ema_ring(self):
+        self.check("ema", ["--arch", "allreduce"])
+
+    def test_clamp_without_synchronize_is_refused(self):
+        rc, out, _ = launch(["--workers", "2", "--servers", "1"], ["--case", "clamp", "--no-sync", "--out", os.path.join(_tmp, "x.pt")],
+                            script=self.SCRIPT)
+        self.assertNotEqual(rc, 0, out)
+        self.assertRegex(out, r"parameter [0-9.a-z]+ was changed in place after optimizer\.step\(\) of step 0, before that step's update "
+                              r"was applied to it.*Call optimizer\.synchronize\(\) after step\(\)")
 
 
 class TorchrunStyle(unittest.TestCase, Compare):

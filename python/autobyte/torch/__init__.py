@@ -12,7 +12,7 @@ or torchrun)::
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()
         optimizer.step()
-    optimizer.synchronize()   # before reading the parameters other than through state_dict()
+    optimizer.synchronize()   # before reading or changing the parameters other than through state_dict()
 
 How it works (ByteScheduler's design, the paper's "cross the barrier"):
 
@@ -76,6 +76,12 @@ taken and loaded at any step.
   ``.grad`` changed in place, replaced or zeroed after backward. An inf or
   NaN on any worker reaches every worker's sum, compressed or not. A
   GradScaler stepping a fused optimizer without it is refused.
+
+Parameters after ``step()``: the update is applied when the next forward
+reaches each layer, so code that reads or changes parameters between
+``step()`` and the next forward (a moving average of the weights, weight
+clipping) calls ``optimizer.synchronize()`` first. A parameter changed in
+place without it is refused when its update would be applied.
 """
 
 import atexit

@@ -77,10 +77,16 @@ def on_load_state_dict(module, fn):
 
 def eager(fn):
     """fn as a hook torch.compile runs outside its graphs (a graph break)
-    instead of tracing into the engine's calls; fn itself before torch 2.1."""
+    instead of tracing into the engine's calls. It is always a plain
+    function, never a bound method: copy.deepcopy(model) (AveragedModel,
+    a target network) copies a module's hooks, a function by reference but
+    a bound method with its object, the session and its locks, which
+    cannot be copied."""
     compiler = getattr(torch, "compiler", None)
     disable = getattr(compiler, "disable", None)
-    return disable(fn) if disable is not None else fn
+    if disable is not None:
+        return disable(fn)
+    return lambda *args, **kwargs: fn(*args, **kwargs)
 
 
 def compiled_inner(model):

@@ -111,6 +111,11 @@ class Session:
         # What each posted .grad was (its identity and in-place version):
         # step() refuses a gradient changed after it was sent (see step).
         self.grad_seen = [None] * len(self.params)
+        # Each parameter's version counter at the last step(): the update
+        # is applied later, so a change made in between (clamping weights
+        # after step(), a hand-made update) would be silently combined
+        # with it; _apply refuses that.
+        self.stepped_version = [None] * len(self.params)
         self.applied = [-1] * L.layers  # last step applied, per layer
         self.applied_all = -1  # every layer applied through this step
         self.unapplied = {}  # step -> layers not yet applied
@@ -363,6 +368,7 @@ class Session:
             # The forward of step k+1 waits for the sums of step k; the
             # layers after it in the run were in already.
             self.timeline.span("wait layer %d" % layer, "wait", t0, t1, layer=layer, layers=run, step=k + 1)
+        self._check_params_unchanged(run, k)
         with torch.no_grad():
             self.updates.apply(run, self.hyper[k], self.params, self._grad_of)
         for l in run:
@@ -371,6 +377,22 @@ class Session:
         if self.unapplied[k] == 0:
             del self.unapplied[k], self.hyper[k]
             self.applied_all = k
+
+    def _check_params_unchanged(self, layers, k):
+        """Refuses to apply step k's update to a parameter changed in place
+        since that step() (under DDP the update is in place when step()
+        returns, so the change would follow it; here it would precede it).
+        Writes through .data escape torch's version counter and this check."""
+        for layer in layers:
+            for t in self.layout.layer_params[layer]:
+                v = self.stepped_version[t]
+                if v is not None and self.params[t]._version != v:
+                    raise AutobyteError(
+                        "autobyte: parameter %s was changed in place after optimizer.step() of step %d, before that "
+                        "step's update was applied to it: autobyte applies each layer's update when the next forward "
+                        "pass reaches the layer, so the change would come before the update instead of after it. "
+                        "Call optimizer.synchronize() after step() and before changing (or reading) parameters "
+                        "other than through state_dict()" % (self.names[t], k))
 
     def step(self, closure=None):
         if closure is not None:
@@ -395,6 +417,7 @@ class Session:
             # synchronised now, as Horovod does, so that workers stay equal.
             self._post_rest()
             self.hyper[k] = hyper_parameters(self.opt)
+            self.stepped_version = [p._version for p in self.params]
             self.unapplied[k] = self.layout.layers
             if self.probes:
                 self._delegate_silent_layers()
