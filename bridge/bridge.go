@@ -12,6 +12,7 @@ package bridge
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -84,6 +85,7 @@ type Request struct {
 //	AUTOBYTE_LISTEN        where an all-reduce worker accepts its ring neighbour (default any interface)
 //	AUTOBYTE_PEER_TIMEOUT  a silent peer fails the job after this long (default 5s)
 //	AUTOBYTE_RENDEZVOUS_TIMEOUT  fail, naming the missing members, when the job has not gathered this long (default 10m)
+//	AUTOBYTE_TIMEOUT       the training thread's longest wait for sums before it fails (default 30m, as torch.distributed's; 0: for ever)
 //	AUTOBYTE_SHM           0 keeps connections to processes of this host on TCP (default 1: shared memory)
 //	AUTOBYTE_LOG_LEVEL     debug, info, warn (default) or error
 //	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
@@ -108,7 +110,15 @@ type Settings struct {
 	// TunerFuse is the fusion size rank 0's autobyte tuner may switch to
 	// and back (AUTOBYTE_FUSION=auto); 0: none.
 	TunerFuse int64
+	// WaitTimeout bounds how long the training thread waits for a layer's
+	// sums (AUTOBYTE_TIMEOUT; 0: no bound). Peers that die or go silent
+	// are caught by the peer timeout; this catches a live peer whose
+	// script is stuck, as torch.distributed's collective timeout does.
+	WaitTimeout time.Duration
 }
+
+// DefaultWaitTimeout is torch.distributed's default timeout of collectives.
+const DefaultWaitTimeout = 30 * time.Minute
 
 // getenv looks a variable up in the overrides, then the environment.
 type getenv func(string) string
@@ -256,6 +266,22 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	}
 	if v := get("AUTOBYTE_TRACE"); v != "" {
 		s.EngineTrace = filepath.Join(filepath.Dir(v), "engine-"+filepath.Base(v))
+	}
+	s.WaitTimeout = DefaultWaitTimeout
+	if v := get("AUTOBYTE_TIMEOUT"); v != "" {
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if secs, ferr := strconv.ParseFloat(strings.TrimSpace(v), 64); ferr == nil {
+			// A bare number is seconds, as torch.distributed's timeout; the
+			// bound keeps the conversion finite.
+			d, err = time.Duration(secs*float64(time.Second)), nil
+			if !(secs >= 0 && secs < 1e9) {
+				err = errors.New("out of range")
+			}
+		}
+		if err != nil || d < 0 {
+			return s, fmt.Errorf("AUTOBYTE_TIMEOUT=%q: want a duration such as 30m, 90s or 90 (seconds; 0: wait for ever)", v)
+		}
+		s.WaitTimeout = d
 	}
 	return s, nil
 }
@@ -520,6 +546,10 @@ func logTuner(log *slog.Logger, tn tune.Tuner, o *job.TuningOptions) {
 // Tuning says whether this session tunes itself (rank 0 with a tuner): the
 // binding must then report its compute with Mark.
 func (s *Session) Tuning() bool { return s.tuning != nil }
+
+// WaitTimeout is how long the training thread may wait for a layer's sums
+// (0: no bound); see Settings.WaitTimeout.
+func (s *Session) WaitTimeout() time.Duration { return s.settings.WaitTimeout }
 
 // Mark events of a training step, for the tuner's measurements.
 const (

@@ -134,6 +134,15 @@ func TestParseSettingsRendezvousTimeout(t *testing.T) {
 	}
 }
 
+func TestParseSettingsWaitTimeout(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultWaitTimeout, "90s": 90 * time.Second, "1h": time.Hour, "0": 0, "0s": 0, "2.5": 2500 * time.Millisecond, " 60 ": time.Minute} {
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_TIMEOUT": v}))
+		if err != nil || st.WaitTimeout != want {
+			t.Errorf("AUTOBYTE_TIMEOUT=%q: %v, timeout %v; want %v", v, err, st.WaitTimeout, want)
+		}
+	}
+}
+
 func TestParseSettingsErrors(t *testing.T) {
 	multi := map[string]string{"WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1234", "AUTOBYTE_TOKEN": "x"}
 	cases := []struct {
@@ -153,6 +162,11 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_PEER_TIMEOUT": "-1s"}, twoTensors, `AUTOBYTE_PEER_TIMEOUT="-1s"`},
 		{map[string]string{"AUTOBYTE_RENDEZVOUS_TIMEOUT": "forever"}, twoTensors, `AUTOBYTE_RENDEZVOUS_TIMEOUT: rendezvous timeout "forever"`},
 		{map[string]string{"AUTOBYTE_LOG_LEVEL": "loud"}, twoTensors, `AUTOBYTE_LOG_LEVEL="loud"`},
+		{map[string]string{"AUTOBYTE_TIMEOUT": "-5s"}, twoTensors, `AUTOBYTE_TIMEOUT="-5s": want a duration`},
+		{map[string]string{"AUTOBYTE_TIMEOUT": "-1"}, twoTensors, `AUTOBYTE_TIMEOUT="-1"`},
+		{map[string]string{"AUTOBYTE_TIMEOUT": "1e300"}, twoTensors, `AUTOBYTE_TIMEOUT="1e300"`},
+		{map[string]string{"AUTOBYTE_TIMEOUT": "NaN"}, twoTensors, `AUTOBYTE_TIMEOUT="NaN"`},
+		{map[string]string{"AUTOBYTE_TIMEOUT": "soon"}, twoTensors, `AUTOBYTE_TIMEOUT="soon"`},
 		{map[string]string{"AUTOBYTE_SHM": "maybe"}, twoTensors, `AUTOBYTE_SHM="maybe"`},
 		{map[string]string{"AUTOBYTE_PS_PULL": "yes"}, twoTensors, `AUTOBYTE_PS_PULL="yes"`},
 		{map[string]string{"AUTOBYTE_COMPRESSION": "int8"}, twoTensors, `AUTOBYTE_COMPRESSION="int8"`},

@@ -12,6 +12,7 @@ func FuzzSettings(f *testing.F) {
 	f.Add([]byte(`{"tensors":[]}`), "", "", "")
 	f.Add([]byte(`{"tensors":[{"name":"a","layer":-1,"elems":-10}]}`), "-1", "0", "0")
 	f.Add([]byte(`{"tensors":[{"name":"a","layer":0,"elems":9223372036854775807}],"settings":{"AUTOBYTE_ARCH":"ps"}}`), "1", "99999999999", "1e400MB")
+	f.Add([]byte(`{"tensors":[{"name":"a","layer":0,"elems":4}],"settings":{"AUTOBYTE_TIMEOUT":"1e18"}}`), "2", "1", "4MB")
 	f.Fuzz(func(t *testing.T, req []byte, servers, world, partition string) {
 		r, err := DecodeRequest(req)
 		if err != nil {

@@ -32,7 +32,8 @@ static struct {
 	int queued, cap;
 	int wake_fd; // eventfd the engine reads; written when the queue stops being empty
 	int record_waits;
-	int64_t *waits; // pairs (from, to)
+	int64_t wait_limit; // nanoseconds a wait may last; 0: no bound
+	int64_t *waits;     // pairs (from, to)
 	int nwaits;
 } h = {.wake_fd = -1};
 
@@ -105,12 +106,28 @@ int ab_wait_run(int layer, int iteration) {
 		set_error_locked("libautobyte: ab_wait_layer: layer %d out of range (have %d)", layer, h.nlayers);
 	} else {
 		int64_t from = 0;
-		int waited = 0;
+		int waited = 0, timed_out = 0;
+		struct timespec deadline;
 		while (h.open && h.synced[layer] < iteration && !h.stopped) {
-			if (!waited && h.record_waits)
+			if (!waited) {
 				from = abh_now();
+				// The condition variable's clock is CLOCK_REALTIME.
+				clock_gettime(CLOCK_REALTIME, &deadline);
+				deadline.tv_sec += h.wait_limit / 1000000000;
+				deadline.tv_nsec += h.wait_limit % 1000000000;
+				if (deadline.tv_nsec >= 1000000000) {
+					deadline.tv_sec++;
+					deadline.tv_nsec -= 1000000000;
+				}
+			}
 			waited = 1;
-			pthread_cond_wait(&opened, &mu);
+			if (h.wait_limit <= 0) {
+				pthread_cond_wait(&opened, &mu);
+			} else if (pthread_cond_timedwait(&opened, &mu, &deadline) == ETIMEDOUT &&
+			           h.open && h.synced[layer] < iteration && !h.stopped) {
+				timed_out = 1;
+				break;
+			}
 		}
 		if (!h.open) {
 			set_error_locked("%s", no_session);
@@ -118,6 +135,11 @@ int ab_wait_run(int layer, int iteration) {
 			rc = 1;
 			while (layer + rc < h.nlayers && h.synced[layer + rc] >= iteration)
 				rc++;
+		} else if (timed_out) {
+			set_error_locked("libautobyte: waited %.1f s for the sums of layer %d of iteration %d (the last in place: %lld): "
+			                 "a worker has not posted its gradients of that iteration (is one stuck, or slower to reach it "
+			                 "by that much?); AUTOBYTE_TIMEOUT (autobyte.torch.init(timeout=...)) sets how long to wait, 0 for ever",
+			                 (double)(abh_now() - from) / 1e9, layer, iteration, (long long)h.synced[layer]);
 		} else {
 			set_error_locked("%s", h.stop_why);
 		}
@@ -163,6 +185,12 @@ static void free_locked(void) {
 	h.wake_fd = -1;
 }
 
+HIDDEN void abh_set_wait_limit(int64_t limit_ns) {
+	pthread_mutex_lock(&mu);
+	h.wait_limit = limit_ns > 0 ? limit_ns : 0;
+	pthread_mutex_unlock(&mu);
+}
+
 HIDDEN int abh_record_waits(int on) {
 	pthread_mutex_lock(&mu);
 	int rc = 0;
@@ -186,6 +214,7 @@ HIDDEN int abh_open(int ntensors, const int64_t *elems, int nlayers) {
 	h.ntensors = ntensors;
 	h.nlayers = nlayers;
 	h.record_waits = 0;
+	h.wait_limit = 0;
 	h.elems = malloc((size_t)(ntensors > 0 ? ntensors : 1) * sizeof *h.elems);
 	h.synced = malloc((size_t)(nlayers > 0 ? nlayers : 1) * sizeof *h.synced);
 	h.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

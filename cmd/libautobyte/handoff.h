@@ -31,6 +31,10 @@ int ab_last_error(char *buf, int n);
 // elems[t] elements in nlayers layers; it returns the eventfd the engine
 // reads to learn that the queue is not empty, or -1 with the error set.
 int abh_open(int ntensors, const int64_t *elems, int nlayers);
+// abh_set_wait_limit bounds each ab_wait_layer/ab_wait_run to limit_ns
+// nanoseconds (0: no bound); past it the wait fails, saying how long it
+// waited for what.
+void abh_set_wait_limit(int64_t limit_ns);
 // abh_record_waits makes ab_wait_layer record its waits for the tuner.
 int abh_record_waits(int on);
 // abh_take moves up to max queued posts, oldest first, into out and

@@ -123,6 +123,7 @@ func ab_open(req *C.char, n C.int) C.int {
 		C.abh_close()
 		return fail(err)
 	}
+	C.abh_set_wait_limit(C.int64_t(s.WaitTimeout().Nanoseconds()))
 	if s.Tuning() {
 		C.abh_record_waits(1)
 	}

@@ -189,6 +189,8 @@ def main():
     p.add_argument("--die-at", type=int, default=-1, help="rank --die-rank kills itself (SIGKILL) at this step")
     p.add_argument("--die-rank", type=int, default=2)
     p.add_argument("--die-stamp", default="", help="file the dying rank writes its time of death to")
+    p.add_argument("--stall", action="store_true",
+                   help="rank --die-rank stalls (sleeps 60 s, its process alive) at step --die-at instead of dying")
     p.add_argument("--short-rank", type=int, default=-1,
                    help="this rank runs half the iterations and ends normally, as one that runs out of data first")
     a = p.parse_args()
@@ -273,7 +275,9 @@ def train(a, opt_name, rank, world, out):
         for step in range(first, a.iterations):
             if rank == a.short_rank and step == a.iterations // 2:
                 break
-            if step == a.die_at and rank == a.die_rank:
+            if step == a.die_at and rank == a.die_rank and a.stall:
+                time.sleep(60)
+            elif step == a.die_at and rank == a.die_rank:
                 if a.die_stamp:
                     with open(a.die_stamp, "w") as f:
                         f.write(repr(time.time()))

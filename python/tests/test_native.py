@@ -5,6 +5,7 @@ layers and runs of layers, and every bad argument refused with its value."""
 import ctypes
 import os
 import sys
+import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -63,6 +64,24 @@ class Native(unittest.TestCase):
         # The next iteration, posted in one burst, out of order.
         self.post(bufs, [3, 2, 1, 0], 1)
         self.wait_all(1)
+
+    def test_wait_timeout(self):
+        # A layer nobody posts: the wait ends after AUTOBYTE_TIMEOUT with an
+        # error saying what it waited for, and the engine still works.
+        self.engine.close()
+        self.engine = Engine(TENSORS, dict(SETTINGS, AUTOBYTE_TIMEOUT="0.3s"))
+        bufs = buffers()
+        self.post(bufs, [0, 1, 3], 0)
+        t0 = time.monotonic()
+        with self.assertRaisesRegex(AutobyteError, r"waited 0\.[0-9] s for the sums of layer 1 of iteration 0 \(the last in place: -1\): "
+                                    r"a worker has not posted its gradients.*AUTOBYTE_TIMEOUT"):
+            self.engine.wait_layer(1, 0)
+        waited = time.monotonic() - t0
+        self.assertGreaterEqual(waited, 0.25)
+        self.assertLess(waited, 5)
+        self.assertEqual(self.engine.wait_run(2, 0), 1)  # a layer in place does not wait
+        self.post(bufs, [2], 0)
+        self.engine.wait_layer(1, 0)
 
     def test_bad_posts(self):
         bufs = buffers()

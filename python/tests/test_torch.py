@@ -307,6 +307,21 @@ class Faults(unittest.TestCase):
     def test_kill_worker_0(self):
         self.check(0)
 
+    def test_stalled_worker(self):
+        # A worker whose script stalls keeps its process and connections
+        # alive, so no peer timeout fires: the others' waits for its sums
+        # end after AUTOBYTE_TIMEOUT instead (30 minutes by default).
+        os.environ["AUTOBYTE_TIMEOUT"] = "2s"
+        try:
+            rc, out, secs = launch(["--workers", "3", "--servers", "2"],
+                                   ["--backend", "autobyte", "--iterations", "40", "--die-at", "5", "--die-rank", "1", "--stall"],
+                                   timeout=90)
+        finally:
+            del os.environ["AUTOBYTE_TIMEOUT"]
+        self.assertNotEqual(rc, 0, out)
+        self.assertRegex(out, r"waited 2\.\d s for the sums of layer \d+ of iteration 6 \(the last in place: 5\): a worker has not posted")
+        self.assertLess(secs, 30, out)
+
     def test_worker_with_fewer_steps(self):
         # A worker that runs out of data first and ends normally leaves the
         # others pushing pieces it will never push: the job must end, naming

@@ -85,6 +85,7 @@ place without it is refused when its update would be applied.
 """
 
 import atexit
+import datetime
 import os
 import sys
 import types
@@ -107,7 +108,7 @@ _initialised = False
 _sessions = []  # weak references to live sessions
 
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
-          "peer_timeout", "rendezvous_timeout", "log_level", "listen", "trace", "compression", "fusion"}
+          "peer_timeout", "rendezvous_timeout", "timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
 
 def _env_int(name, default):
@@ -141,7 +142,9 @@ def init(rank=None, world_size=None, master_addr=None, master_port=None, **setti
     autobyte tuner, AUTOBYTE_TUNER=autobyte, switches between none and 1 MiB
     as it measures), bandwidth, peer_timeout, rendezvous_timeout (e.g.
     "90s": how long to wait for every worker to join; default 10 minutes),
-    log_level, trace (a file for this worker's timeline, see
+    timeout (how long the training thread waits for sums before it fails,
+    e.g. "5m", seconds or a datetime.timedelta; default 30 minutes, as
+    torch.distributed's; 0: for ever), log_level, trace (a file for this worker's timeline, see
     autobyte.timeline) and compression (none, bf16 or fp16: the type float32
     parameters' gradients travel in; auto: the autobyte tuner,
     AUTOBYTE_TUNER=autobyte, turns bf16 on while the job is
@@ -166,6 +169,8 @@ def init(rank=None, world_size=None, master_addr=None, master_port=None, **setti
     before = dict(_settings)
     _settings.update(given)
     for k, v in settings.items():
+        if isinstance(v, datetime.timedelta):
+            v = "%gs" % v.total_seconds()
         _settings["AUTOBYTE_" + k.upper()] = str(v)
     try:
         r, n = _env_int("RANK", 0), _env_int("WORLD_SIZE", 1)
