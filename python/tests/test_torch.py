@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import unittest
+import warnings
 
 import torch
 
@@ -492,6 +493,64 @@ class Errors(unittest.TestCase):
             {"partition_bytes": 32000000, "credit_bytes": 64000000, "from_step": 0}]})
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
+
+
+class Wrapping(unittest.TestCase):
+    """What a script may do to its optimizer around DistributedOptimizer
+    (one process: WORLD_SIZE unset)."""
+
+    def tearDown(self):
+        ab.shutdown()
+
+    def model(self):
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+
+    def test_scheduler_made_before_wrapping(self):
+        # A scheduler made before wrapping had wrapped optimizer.step to
+        # record its calls: the plugin's step keeps the record, so there is
+        # no "optimizer.step() has been overridden" warning and the rate
+        # and the parameters follow plain torch's.
+        m1, m2 = self.model(), self.model()
+        o1, o2 = torch.optim.SGD(m1.parameters(), lr=0.1, momentum=0.9), torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+        s1, s2 = torch.optim.lr_scheduler.StepLR(o1, 2, 0.5), torch.optim.lr_scheduler.StepLR(o2, 2, 0.5)
+        o1 = ab.DistributedOptimizer(o1, m1)
+        g = torch.Generator().manual_seed(3)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            for _ in range(5):
+                x = torch.randn(5, 4, generator=g)
+                for m, o, s in ((m1, o1, s1), (m2, o2, s2)):
+                    o.zero_grad()
+                    m(x).pow(2).sum().backward()
+                    o.step()
+                    s.step()
+        self.assertEqual([str(w.message) for w in seen if "lr_scheduler" in str(w.message) or "optimizer.step()" in str(w.message)], [])
+        self.assertEqual(s1.get_last_lr(), [0.025])
+        o1.synchronize()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
+
+    def test_add_param_group_after_wrapping(self):
+        m = self.model()
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m[0].parameters(), lr=0.1), m)
+        with self.assertRaisesRegex(AutobyteError, r"add_param_group\(\) after DistributedOptimizer: the engine's tensors are fixed"):
+            opt.add_param_group({"params": list(m[2].parameters())})
+
+    def test_unfreezing_after_wrapping(self):
+        # Frozen when wrapped, in the optimizer, trainable later: its update
+        # would use this worker's gradient alone, so step() refuses it.
+        m = self.model()
+        m[0].weight.requires_grad_(False)
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        x = torch.randn(5, 4)
+        m(x).sum().backward()
+        opt.step()  # still frozen: fine
+        m[0].weight.requires_grad_(True)
+        opt.zero_grad()
+        m(x).sum().backward()
+        with self.assertRaisesRegex(AutobyteError, r"parameter 0\.weight did not require a gradient when DistributedOptimizer was created and does now"):
+            opt.step()
 
 
 class OneProcess(unittest.TestCase):

@@ -222,10 +222,33 @@ def _at_exit():
             print(e, file=sys.stderr)
 
 
+def _tracked_like(scheduled, step, optimizer):
+    """step, keeping what a learning-rate scheduler created before wrapping
+    had added to optimizer.step: the record that step() was called, which
+    the scheduler checks (else it warns that optimizer.step() "has been
+    overridden" and counts from the wrong step). torch 2 marks
+    optimizer._opt_called; torch 1.13 counts optimizer._step_count."""
+    opt_ref = weakref.ref(optimizer)
+
+    def tracked(*args, **kwargs):
+        opt = opt_ref()
+        if getattr(scheduled, "_wrapped_by_lr_sched", False):
+            opt._opt_called = True
+        if getattr(scheduled, "_with_counter", False):
+            opt._step_count = getattr(opt, "_step_count", 0) + 1
+        return step(*args, **kwargs)
+
+    for marker in ("_wrapped_by_lr_sched", "_with_counter"):
+        if getattr(scheduled, marker, False):
+            setattr(tracked, marker, True)
+    return tracked
+
+
 def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_step=1):
     """Makes optimizer data-parallel over the job's workers and returns it.
 
-    The same object is returned (so learning-rate schedulers keep working),
+    The same object is returned (so learning-rate schedulers made before or
+    after keep working; its parameter groups are fixed from now on),
     with step(), state_dict() and load_state_dict() bound to the engine and
     four methods added: no_sync() (a context manager: backward passes in it
     only accumulate gradients), synchronize(), sync_gradients() (this
@@ -282,7 +305,17 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
     def synced_load_state_dict(self, sd):
         self._autobyte.load_optimizer_state(load_state_dict, sd)
 
+    def add_param_group(self, group):
+        raise AutobyteError(
+            "autobyte: add_param_group() after DistributedOptimizer: the engine's tensors are fixed when it is "
+            "created. Add every group before wrapping, or call autobyte.torch.shutdown() and wrap the optimizer "
+            "again after adding it")
+
+    scheduled = optimizer.step  # a learning-rate scheduler made before wrapping may have wrapped it
     optimizer.step = types.MethodType(step, optimizer)
+    if getattr(scheduled, "_wrapped_by_lr_sched", False) or getattr(scheduled, "_with_counter", False):
+        optimizer.step = _tracked_like(scheduled, optimizer.step, optimizer)
+    optimizer.add_param_group = types.MethodType(add_param_group, optimizer)
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
     optimizer.sync_gradients = types.MethodType(sync_gradients, optimizer)
     optimizer.no_sync = types.MethodType(no_sync, optimizer)

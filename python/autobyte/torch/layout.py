@@ -134,6 +134,10 @@ class Layout:
             raise AutobyteError("autobyte: the model has no trainable float32 parameters in the optimizer (nor bfloat16 or float16 ones); nothing to synchronise")
 
         trainable = set(id(p) for p in self.params)
+        # The optimizer's parameters that are no engine tensor (frozen now):
+        # one that becomes trainable later would be trained apart from the
+        # others (session.py refuses that).
+        self.frozen_in_opt = [(names[id(p)], p) for g in optimizer.param_groups for p in g["params"] if id(p) not in trainable]
         self.state = []
         for n, p in model.named_parameters():
             if id(p) not in trainable:

@@ -394,6 +394,17 @@ class Session:
                         "Call optimizer.synchronize() after step() and before changing (or reading) parameters "
                         "other than through state_dict()" % (self.names[t], k))
 
+    def _check_still_frozen(self):
+        """Refuses a step once a parameter that was frozen when the
+        optimizer was wrapped trains: it is no engine tensor, so its update
+        would use this worker's gradient alone (DDP does that silently)."""
+        for name, p in self.layout.frozen_in_opt:
+            if p.requires_grad:
+                raise AutobyteError(
+                    "autobyte: parameter %s did not require a gradient when DistributedOptimizer was created and does "
+                    "now: only the parameters trainable then are synchronised. Unfreeze it before wrapping, or call "
+                    "autobyte.torch.shutdown() and wrap the optimizer again after unfreezing" % name)
+
     def step(self, closure=None):
         if closure is not None:
             raise AutobyteError("autobyte: %s.step(closure) is not supported: the update is applied later, layer by "
@@ -412,6 +423,7 @@ class Session:
                                     "checks the same gradients for inf/NaN" % type(self.opt).__name__)
             k = self.iteration
             self._check_grads_unchanged(k)
+            self._check_still_frozen()
             # Gradients not yet posted (a step after fewer backward passes
             # than backward_passes_per_step, or only no_sync() passes) are
             # synchronised now, as Horovod does, so that workers stay equal.
