@@ -531,6 +531,22 @@ class Wrapping(unittest.TestCase):
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), "%s: %s vs %s" % (n, a, b))
 
+    def test_trainable_parameters_outside_the_optimizer(self):
+        # They are not synchronised: the script is told so, once, by name.
+        m = self.model()
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ab.DistributedOptimizer(torch.optim.SGD(m[2].parameters(), lr=0.1), m)
+        said = [str(w.message) for w in seen if "autobyte" in str(w.message)]
+        self.assertEqual(len(said), 1, said)
+        self.assertRegex(said[0], r"2 trainable parameters of the model are not in the optimizer \(0\.weight, 0\.bias\).*never synchronised")
+        ab.shutdown()
+        m[0].requires_grad_(False)  # frozen: nothing to say
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            ab.DistributedOptimizer(torch.optim.SGD(m[2].parameters(), lr=0.1), m)
+        self.assertEqual([str(w.message) for w in seen if "autobyte" in str(w.message)], [])
+
     def test_add_param_group_after_wrapping(self):
         m = self.model()
         opt = ab.DistributedOptimizer(torch.optim.SGD(m[0].parameters(), lr=0.1), m)

@@ -138,6 +138,10 @@ class Layout:
         # one that becomes trainable later would be trained apart from the
         # others (session.py refuses that).
         self.frozen_in_opt = [(names[id(p)], p) for g in optimizer.param_groups for p in g["params"] if id(p) not in trainable]
+        # Trainable parameters the optimizer does not hold: broadcast once,
+        # never synchronised (a second, local optimizer would let the
+        # workers drift apart; DDP would synchronise their gradients).
+        self.outside_opt = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_opt]
         self.state = []
         for n, p in model.named_parameters():
             if id(p) not in trainable:

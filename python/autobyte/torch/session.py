@@ -38,6 +38,7 @@ import contextlib
 import ctypes
 import os
 import threading
+import warnings
 
 import torch
 
@@ -68,6 +69,13 @@ class Session:
             compression, where = os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
         L = self.layout = Layout(model, optimizer, wire_of_compression(compression, where))
         self.params, self.names = L.params, L.names
+        if L.outside_opt:
+            shown = ", ".join(L.outside_opt[:3]) + (", ..." if len(L.outside_opt) > 3 else "")
+            warnings.warn(
+                "autobyte: %d trainable parameters of the model are not in the optimizer (%s): they are broadcast from "
+                "rank 0 once and never synchronised, so another optimizer training them would let the workers drift "
+                "apart; freeze them (requires_grad_(False)) or put them in the distributed optimizer"
+                % (len(L.outside_opt), shown), stacklevel=3)
         self.updates = LayerUpdates(optimizer, L)  # before the engine: nothing to close if it fails
 
         # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
