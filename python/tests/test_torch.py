@@ -549,7 +549,9 @@ class Wrapping(unittest.TestCase):
 
     def test_add_param_group_after_wrapping(self):
         m = self.model()
-        opt = ab.DistributedOptimizer(torch.optim.SGD(m[0].parameters(), lr=0.1), m)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # m[2] is trainable outside the optimizer (the test above)
+            opt = ab.DistributedOptimizer(torch.optim.SGD(m[0].parameters(), lr=0.1), m)
         with self.assertRaisesRegex(AutobyteError, r"add_param_group\(\) after DistributedOptimizer: the engine's tensors are fixed"):
             opt.add_param_group({"params": list(m[2].parameters())})
 
