@@ -547,6 +547,31 @@ class Wrapping(unittest.TestCase):
             ab.DistributedOptimizer(torch.optim.SGD(m[2].parameters(), lr=0.1), m)
         self.assertEqual([str(w.message) for w in seen if "autobyte" in str(w.message)], [])
 
+    def test_evaluation_under_inference_mode(self):
+        # An evaluation right after step() runs the forward that applies
+        # the update: under torch.inference_mode() the optimizer's state
+        # (momentum, Adam's moments) must still come out as normal tensors
+        # that later updates can change in place.
+        for make in (lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: torch.optim.Adam(ps, lr=0.01)):
+            m1, m2 = self.model(), self.model()
+            o1, o2 = ab.DistributedOptimizer(make(m1.parameters()), m1), make(m2.parameters())
+            g = torch.Generator().manual_seed(3)
+            for step in range(4):
+                x = torch.randn(5, 4, generator=g)
+                for m, o in ((m1, o1), (m2, o2)):
+                    m.train()
+                    o.zero_grad()
+                    m(x).pow(2).sum().backward()
+                    o.step()
+                    if step == 0:  # the first update, which creates the state, in inference mode; the next ones not
+                        m.eval()
+                        with torch.inference_mode():
+                            m(x)
+            o1.synchronize()
+            for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+                self.assertTrue(torch.equal(a, b), "%s %s: %s vs %s" % (type(o2).__name__, n, a, b))
+            ab.shutdown()
+
     def test_add_param_group_after_wrapping(self):
         m = self.model()
         with warnings.catch_warnings():

@@ -377,7 +377,11 @@ class Session:
             # layers after it in the run were in already.
             self.timeline.span("wait layer %d" % layer, "wait", t0, t1, layer=layer, layers=run, step=k + 1)
         self._check_params_unchanged(run, k)
-        with torch.no_grad():
+        # A forward under torch.inference_mode() (evaluation) may be the
+        # one that applies an update: the optimizer's state must not be
+        # created there as inference tensors, which no later update could
+        # change in place.
+        with torch.inference_mode(False), torch.no_grad():
             self.updates.apply(run, self.hyper[k], self.params, self._grad_of)
         for l in run:
             self.applied[l] = k
