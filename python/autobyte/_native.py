@@ -94,6 +94,7 @@ class Engine:
                   lib.ab_tuning, lib.ab_mark, lib.ab_report):
             f.restype = ctypes.c_int
         req = json.dumps({"tensors": tensors, "settings": settings or {}}).encode()
+        self._pid = os.getpid()
         self._check(lib.ab_open(req, len(req)))
         self.open = True
         self.tuning = lib.ab_tuning() == 1
@@ -105,15 +106,27 @@ class Engine:
             self._lib.ab_last_error(buf, n + 1)
             raise AutobyteError("autobyte: " + buf.value.decode(errors="replace"))
 
+    def _owner(self):
+        # A forked child inherits this object but not the engine's threads:
+        # a call from it would wait for ever.
+        if os.getpid() != self._pid:
+            raise AutobyteError(
+                "autobyte: this process (pid %d) was forked from worker process %d after its engine started; the engine "
+                "runs in that process only. Call optimizer.synchronize() before forking, or start child processes "
+                "with the spawn method" % (os.getpid(), self._pid))
+
     def post(self, tensor, iteration, ptr, elems):
+        self._owner()
         self._check(self._lib.ab_post(tensor, iteration, ptr, elems))
 
     def wait_layer(self, layer, iteration):
+        self._owner()
         self._check(self._lib.ab_wait_layer(layer, iteration))
 
     def wait_run(self, layer, iteration):
         """wait_layer, returning how many layers from layer on (at least 1)
         have their sums of iteration in place."""
+        self._owner()
         n = self._lib.ab_wait_run(layer, iteration)
         if n < 0:
             self._check(n)
@@ -136,5 +149,6 @@ class Engine:
     def close(self, ok=True, reason=None):
         if not self.open:
             return
+        self._owner()
         self.open = False
         self._check(self._lib.ab_close(1 if ok else 0, reason.encode() if reason else None))

@@ -572,6 +572,46 @@ class Wrapping(unittest.TestCase):
                 self.assertTrue(torch.equal(a, b), "%s %s: %s vs %s" % (type(o2).__name__, n, a, b))
             ab.shutdown()
 
+    FORK_SCRIPT = """
+import os, sys, torch
+import autobyte.torch as ab
+m = torch.nn.Linear(4, 2)
+opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+x = torch.randn(5, 4)
+m(x).sum().backward()
+opt.step()  # its update is pending: the next forward needs the engine
+for child in ("exit", "forward"):
+    pid = os.fork()
+    if pid == 0:
+        if child == "forward":
+            try:
+                m(x)
+                print("child forward: no error", flush=True)
+            except ab.AutobyteError as e:
+                print("child forward:", e, flush=True)
+        sys.exit(0)  # through the interpreter's exit and its handlers
+    print("child", child, "exit status", os.waitpid(pid, 0)[1], flush=True)
+m(x).sum().backward()
+opt.step()
+opt.synchronize()
+print("parent trained on", flush=True)
+"""
+
+    def test_forked_child(self):
+        # A child forked after wrapping inherits the session but not the
+        # engine's threads: its exit must not wait on the engine (it hung
+        # in the exit handler), and a call that needs the engine fails at
+        # once, saying why. The parent trains on.
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        for k in ("RANK", "WORLD_SIZE"):
+            env.pop(k, None)
+        r = subprocess.run([PY, "-c", self.FORK_SCRIPT], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stdout)
+        self.assertIn("child exit exit status 0", r.stdout)
+        self.assertRegex(r.stdout, r"child forward: autobyte: this process \(pid \d+\) was forked from worker process \d+ after its engine started")
+        self.assertIn("child forward exit status 0", r.stdout)
+        self.assertIn("parent trained on", r.stdout)
+
     def test_add_param_group_after_wrapping(self):
         m = self.model()
         with warnings.catch_warnings():

@@ -214,7 +214,10 @@ def _at_exit():
     failed = _uncaught_exception() is not None
     for ref in list(_sessions):
         s = ref()
-        if s is None:
+        if s is None or s.pid != os.getpid():
+            # A child forked from the worker (os.fork, a fork-started
+            # process exiting through sys.exit) inherits the session but not
+            # the engine's threads: closing it there would wait for ever.
             continue
         try:
             s.close(not failed, "its training script raised an exception" if failed else None)
