@@ -106,10 +106,14 @@ class Engine:
             self._lib.ab_last_error(buf, n + 1)
             raise AutobyteError("autobyte: " + buf.value.decode(errors="replace"))
 
+    def owned_here(self):
+        """Whether this process opened the engine. A forked child inherits
+        this object but not the engine's threads: a call from it would wait
+        for ever."""
+        return os.getpid() == self._pid
+
     def _owner(self):
-        # A forked child inherits this object but not the engine's threads:
-        # a call from it would wait for ever.
-        if os.getpid() != self._pid:
+        if not self.owned_here():
             raise AutobyteError(
                 "autobyte: this process (pid %d) was forked from worker process %d after its engine started; the engine "
                 "runs in that process only. Call optimizer.synchronize() before forking, or start child processes "

@@ -214,7 +214,7 @@ def _at_exit():
     failed = _uncaught_exception() is not None
     for ref in list(_sessions):
         s = ref()
-        if s is None or s.pid != os.getpid():
+        if s is None or not s.engine.owned_here():
             # A child forked from the worker (os.fork, a fork-started
             # process exiting through sys.exit) inherits the session but not
             # the engine's threads: closing it there would wait for ever.
@@ -227,23 +227,29 @@ def _at_exit():
 
 def _tracked_like(scheduled, step, optimizer):
     """step, keeping what a learning-rate scheduler created before wrapping
-    had added to optimizer.step: the record that step() was called, which
-    the scheduler checks (else it warns that optimizer.step() "has been
+    had added to optimizer.step (scheduled; step itself if none had): the
+    record that step() was called, which the scheduler checks (else it warns that optimizer.step() "has been
     overridden" and counts from the wrong step). torch 2 marks
     optimizer._opt_called; torch 1.13 counts optimizer._step_count."""
+    marked_called = getattr(scheduled, "_wrapped_by_lr_sched", False)
+    counted = getattr(scheduled, "_with_counter", False)
+    if not (marked_called or counted):
+        return step
     opt_ref = weakref.ref(optimizer)
 
     def tracked(*args, **kwargs):
         opt = opt_ref()
-        if getattr(scheduled, "_wrapped_by_lr_sched", False):
+        if marked_called:
             opt._opt_called = True
-        if getattr(scheduled, "_with_counter", False):
+        if counted:
             opt._step_count = getattr(opt, "_step_count", 0) + 1
         return step(*args, **kwargs)
 
-    for marker in ("_wrapped_by_lr_sched", "_with_counter"):
-        if getattr(scheduled, marker, False):
-            setattr(tracked, marker, True)
+    # torch 2 tests the marker with hasattr: set only the ones scheduled has.
+    if marked_called:
+        tracked._wrapped_by_lr_sched = True
+    if counted:
+        tracked._with_counter = True
     return tracked
 
 
@@ -314,10 +320,8 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
             "created. Add every group before wrapping, or call autobyte.torch.shutdown() and wrap the optimizer "
             "again after adding it")
 
-    scheduled = optimizer.step  # a learning-rate scheduler made before wrapping may have wrapped it
-    optimizer.step = types.MethodType(step, optimizer)
-    if getattr(scheduled, "_wrapped_by_lr_sched", False) or getattr(scheduled, "_with_counter", False):
-        optimizer.step = _tracked_like(scheduled, optimizer.step, optimizer)
+    # A learning-rate scheduler made before wrapping may have wrapped optimizer.step.
+    optimizer.step = _tracked_like(optimizer.step, types.MethodType(step, optimizer), optimizer)
     optimizer.add_param_group = types.MethodType(add_param_group, optimizer)
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
     optimizer.sync_gradients = types.MethodType(sync_gradients, optimizer)

@@ -53,9 +53,6 @@ from .optim import LayerUpdates, hyper_parameters
 class Session:
     def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1):
         self.world, self.me = world, rank
-        # The process that owns the engine: a forked child inherits the
-        # session but not the engine's threads, and must leave it alone.
-        self.pid = os.getpid()
         self.lock = threading.RLock()
         # torch.compile(model) handed in: the layers are the wrapped
         # module's, and the whole forward waits for every layer before the
