@@ -438,6 +438,22 @@ class Errors(unittest.TestCase):
         with self.assertRaisesRegex(AutobyteError, "parameter weight is on device meta"):
             ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
 
+    def test_lazy_module_not_yet_initialised(self):
+        m = torch.nn.Sequential(torch.nn.LazyLinear(3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+        with self.assertRaisesRegex(AutobyteError, r"parameter 0\.weight is not initialised yet \(a lazy module\): run one forward pass"):
+            ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        b = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LazyBatchNorm1d(affine=False))
+        with self.assertRaisesRegex(AutobyteError, r"buffer 1\.running_mean is not initialised yet"):
+            ab.DistributedOptimizer(torch.optim.SGD(b.parameters(), lr=0.1), b)
+        # Once a forward pass gave it a shape, it trains like any module.
+        m(torch.randn(5, 4))
+        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        before = m[0].weight.detach().clone()
+        m(torch.randn(5, 4)).sum().backward()
+        opt.step()
+        opt.synchronize()
+        self.assertFalse(torch.equal(before, m[0].weight))
+
     def test_nothing_to_train(self):
         m = self.model()
         for p in m.parameters():

@@ -97,6 +97,13 @@ class Layout:
         names = {}
         for n, p in model.named_parameters():
             names.setdefault(id(p), n)
+        # A lazy module's (nn.LazyLinear, ...) parameters and buffers have no
+        # shape until its first forward pass: nothing to lay out or broadcast.
+        for kind, named in (("parameter", model.named_parameters()), ("buffer", model.named_buffers())):
+            for n, t in named:
+                if isinstance(t, torch.nn.parameter.UninitializedTensorMixin):
+                    raise AutobyteError("autobyte: %s %s is not initialised yet (a lazy module): run one forward pass, "
+                                        "e.g. on a dummy batch, before wrapping the optimizer, as DDP requires too" % (kind, n))
         for gi, g in enumerate(optimizer.param_groups):
             for p in g["params"]:
                 if id(p) not in names:
