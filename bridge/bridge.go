@@ -30,6 +30,8 @@ import (
 	"github.com/autobyte/autobyte/observe"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/supervise"
+	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
@@ -91,6 +93,7 @@ type Request struct {
 //	AUTOBYTE_TUNER         static (default), autobyte or bo: rank 0 tunes partition and credit while the job runs
 //	AUTOBYTE_LINK_RATE     the hosts' link rate for the tuner (e.g. 1Gbps; default: measured)
 //	AUTOBYTE_TRACE         the binding's timeline DIR/NAME; the engine writes its pieces' to DIR/engine-NAME
+//	AUTOBYTE_STATUS_FD     the supervisor's status pipe ('autobyte launch' gives one to each script), told which peer was lost
 type Settings struct {
 	Spec job.Spec
 	Net  job.Net
@@ -115,6 +118,11 @@ type Settings struct {
 	// are caught by the peer timeout; this catches a live peer whose
 	// script is stuck, as torch.distributed's collective timeout does.
 	WaitTimeout time.Duration
+	// StatusFD is the descriptor of the supervisor's status pipe
+	// (AUTOBYTE_STATUS_FD; 0: none). An engine that fails because it lost
+	// a peer reports which one there, so that the supervisor can follow the
+	// failure to its root cause (a script only shows its exception).
+	StatusFD int
 }
 
 // DefaultWaitTimeout is torch.distributed's default timeout of collectives.
@@ -266,6 +274,11 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	}
 	if v := get("AUTOBYTE_TRACE"); v != "" {
 		s.EngineTrace = filepath.Join(filepath.Dir(v), "engine-"+filepath.Base(v))
+	}
+	if v := get(supervise.StatusFDEnv); v != "" {
+		if s.StatusFD, err = strconv.Atoi(strings.TrimSpace(v)); err != nil || s.StatusFD < 3 {
+			return s, fmt.Errorf("%s=%q: want the number of an open file descriptor above 2", supervise.StatusFDEnv, v)
+		}
 	}
 	s.WaitTimeout = DefaultWaitTimeout
 	if v := get("AUTOBYTE_TIMEOUT"); v != "" {
@@ -467,6 +480,9 @@ func OpenRequest(ctx context.Context, req Request, env func(string) string, hook
 		return nil, err
 	}
 	co := job.ConnectOptions{Tensors: st.Tensors, OnOpen: hooks.OnOpen, OnStop: hooks.OnStop}
+	if st.StatusFD > 0 {
+		co.OnStop = reportLostPeer(st.StatusFD, hooks.OnStop)
+	}
 	var trace *observe.Observer
 	if st.EngineTrace != "" {
 		if trace, err = observe.New(st.EngineTrace, st.Rank, nil); err != nil {
@@ -513,6 +529,28 @@ func OpenRequest(ctx context.Context, req Request, env func(string) string, hook
 		tuning.Attach(w)
 	}
 	return &Session{w: w, settings: st, tensors: req.Tensors, tuning: tuning, trace: trace}, nil
+}
+
+// status is the process's channel to its supervisor, opened once: a script
+// may open one session after another, and the pipe outlives each.
+var status struct {
+	once     sync.Once
+	reporter *supervise.Reporter
+}
+
+// reportLostPeer wraps an engine's OnStop: when the engine stops because it
+// lost a peer, the supervisor hears which one (the process's exit report:
+// it is about to fail), before next runs.
+func reportLostPeer(fd int, next func(error)) func(error) {
+	return func(err error) {
+		if _, lost := transport.LostPeer(err); lost {
+			status.once.Do(func() { status.reporter = supervise.FromFD(fd) })
+			status.reporter.Exit(err)
+		}
+		if next != nil {
+			next(err)
+		}
+	}
 }
 
 // logTuner logs what rank 0's tuner does: at info level each configuration

@@ -2,17 +2,25 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
 	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/proto"
+	"github.com/autobyte/autobyte/supervise"
+	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/worker"
 )
@@ -173,6 +181,8 @@ func TestParseSettingsErrors(t *testing.T) {
 		{map[string]string{"AUTOBYTE_COMPRESSION": "auto"}, twoTensors, `AUTOBYTE_COMPRESSION=auto: only AUTOBYTE_TUNER=autobyte`},
 		{map[string]string{"AUTOBYTE_FUSION": "auto"}, twoTensors, `AUTOBYTE_FUSION=auto: only AUTOBYTE_TUNER=autobyte chooses the fusion`},
 		{map[string]string{"AUTOBYTE_FUSION": "big"}, twoTensors, `AUTOBYTE_FUSION="big"`},
+		{map[string]string{"AUTOBYTE_STATUS_FD": "2"}, twoTensors, `AUTOBYTE_STATUS_FD="2": want the number of an open file descriptor above 2`},
+		{map[string]string{"AUTOBYTE_STATUS_FD": "pipe"}, twoTensors, `AUTOBYTE_STATUS_FD="pipe"`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Wire: "float64"}}, `tensor 0 "a"`},
 		{nil, []Tensor{{Name: "a", Layer: 0, Elems: 1, Iterations: "second"}}, `tensor 0 "a": iterations "second"`},
 		{map[string]string{"WORLD_SIZE": "2"}, twoTensors, "MASTER_ADDR is not set"},
@@ -192,6 +202,47 @@ func TestParseSettingsErrors(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("env %v tensors %v: error %v, want one containing %q", c.env, c.tensors, err, c.want)
 		}
+	}
+}
+
+// TestReportLostPeer: an engine that stops because it lost a peer names
+// the peer on the supervisor's status pipe; any other stop writes nothing.
+// Both reach the binding's own OnStop.
+func TestReportLostPeer(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// The reporter owns (and closes) its own descriptor, as the plugin's
+	// engine does the one the supervisor gave the script.
+	fd, err := syscall.Dup(int(w.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var seen []error
+	stop := reportLostPeer(fd, func(err error) { seen = append(seen, err) })
+	other := errors.New("worker 1: its training script raised an exception")
+	stop(other)
+	lost := fmt.Errorf("worker 1: lost parameter server 0: %w", &transport.PeerClosedError{Peer: "server 0 (127.0.0.1:1)", Reason: "disk full", Role: "server", Rank: 0})
+	stop(lost)
+	if len(seen) != 2 || seen[0] != other || seen[1] != lost {
+		t.Fatalf("OnStop saw %v, want both errors in order", seen)
+	}
+	// The report closed the writer's descriptor: the pipe holds exactly
+	// the one message.
+	b, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m supervise.Message
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatalf("status pipe held %q: %v", b, err)
+	}
+	want := supervise.Lost{Role: "server", Rank: 0, Closed: true}
+	if m.Kind != supervise.KindExit || m.Lost == nil || *m.Lost != want || m.Error != lost.Error() {
+		t.Errorf("status message %+v (lost %+v), want an exit naming %+v with error %q", m, m.Lost, want, lost)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -156,4 +157,55 @@ func TestScriptWithoutEngine(t *testing.T) {
 	if d > 12*time.Second {
 		t.Errorf("launch took %.2f s for a 7 s script", d.Seconds())
 	}
+}
+
+// loopScript runs iterations of one tensor until the job is stopped,
+// printing each iteration's sum; it lets the engine's error end it, as a
+// training script does.
+const loopScript = `
+import ctypes, os, time
+from autobyte._native import Engine
+n = 1000
+eng = Engine([{"name": "w", "layer": 0, "elems": n}])
+buf = (ctypes.c_float * n)()
+for it in range(100000):
+    for i in range(n):
+        buf[i] = 1.0
+    eng.post(0, it, ctypes.addressof(buf), n)
+    eng.wait_layer(0, it)
+    print("iteration", it, "sum", buf[0], flush=True)
+    time.sleep(0.05)
+`
+
+// TestScriptServerHung stops (SIGSTOP) a parameter server under a training
+// script: the scripts' engines notice the silence after the peer timeout
+// and their scripts raise. The root cause is the server that hung, which
+// the scripts' engines report to launch as the peer they lost, not a
+// script that raised nor the other server that lost it.
+func TestScriptServerHung(t *testing.T) {
+	lib := engineLib(t)
+	l := start(t, "launch", []string{"AUTOBYTE_LIB=" + lib},
+		"launch", "--workers=2", "--servers=2", "--", "python3", "-c", loopScript)
+	l.waitLine(t, "[worker 1] iteration 5 sum 2.0", 60*time.Second)
+	victim, _ := childRunning(t, l, "server --index=0")
+	if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(victim, syscall.SIGKILL) })
+	stopped := time.Now()
+	if !l.wait(30 * time.Second) {
+		t.Fatalf("launch still running 30 s after server 0 was stopped:\n%s", l.output())
+	}
+	d := l.exit.Sub(stopped)
+	errLine := lastLine(l.stderr.String())
+	if d >= 10*time.Second {
+		t.Errorf("launch took %.2f s to end the job after server 0 hung, want < 10 s", d.Seconds())
+	}
+	if l.code() == 0 {
+		t.Errorf("launch exited 0 after server 0 hung")
+	}
+	if want := "autobyte: launch: server 0 stopped responding: worker "; !strings.HasPrefix(errLine, want) || !strings.Contains(errLine, "no data for 5s") {
+		t.Errorf("launch's last line should name server 0 as hung (%q..., with the peer timeout), got %q\n%s", want, errLine, l.stderr.String())
+	}
+	noCrash(t, "launch", l.output())
 }

@@ -70,7 +70,17 @@ type Reporter struct {
 // variable is unset or invalid (the process runs unsupervised).
 func FromEnv() *Reporter {
 	fd, err := strconv.Atoi(os.Getenv(StatusFDEnv))
-	if err != nil || fd < 3 {
+	if err != nil {
+		return nil
+	}
+	return FromFD(fd)
+}
+
+// FromFD writes status messages to file descriptor fd (a process that took
+// StatusFDEnv out of its environment, so that its own children do not
+// inherit it, passes the number on); nil for a descriptor below 3.
+func FromFD(fd int) *Reporter {
+	if fd < 3 {
 		return nil
 	}
 	f := os.NewFile(uintptr(fd), "status")

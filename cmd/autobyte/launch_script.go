@@ -202,7 +202,9 @@ func launchScript(ctx context.Context, argv []string, spec job.Spec, lc launchCo
 	sup := supervise.New(supervise.Options{Grace: scriptGrace, LostPeer: scriptLostPeer})
 	for r := 0; r < spec.Workers; r++ {
 		name := fmt.Sprintf("worker %d", r)
-		c := &supervise.Child{Name: name, Cmd: command(spec.Servers+r, argv[0], argv[1:]...), OnStderr: lineTo(errOut, "["+name+"] ")}
+		// Status: the script's engine reports the peer it lost, if that is
+		// why it failed (the script itself only shows its exception).
+		c := &supervise.Child{Name: name, Cmd: command(spec.Servers+r, argv[0], argv[1:]...), Status: true, OnStderr: lineTo(errOut, "["+name+"] ")}
 		c.Cmd.Env = scriptEnv(spec, lc, r, masterHost, masterPort, torchPort, token)
 		c.OnStdout = lineTo(errOut, "["+name+"] ")
 		if r == 0 {

@@ -75,6 +75,18 @@ def library_path():
     return path
 
 
+# The supervisor's status pipe ('autobyte launch' gives each script one as
+# AUTOBYTE_STATUS_FD), through which an engine that lost a peer names it.
+# Taken out of the environment and closed on exec, so that processes the
+# script starts (which may be other jobs' workers) do not write to it.
+_STATUS_FD = os.environ.pop("AUTOBYTE_STATUS_FD", None)
+if _STATUS_FD is not None:
+    try:
+        os.set_inheritable(int(_STATUS_FD), False)
+    except (ValueError, OSError):
+        _STATUS_FD = None  # not an open descriptor: run unsupervised
+
+
 class Engine:
     """One session of the Go engine in this process."""
 
@@ -93,7 +105,10 @@ class Engine:
         for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_wait_run, lib.ab_close, lib.ab_last_error,
                   lib.ab_tuning, lib.ab_mark, lib.ab_report):
             f.restype = ctypes.c_int
-        req = json.dumps({"tensors": tensors, "settings": settings or {}}).encode()
+        settings = dict(settings or {})
+        if _STATUS_FD is not None:
+            settings.setdefault("AUTOBYTE_STATUS_FD", _STATUS_FD)
+        req = json.dumps({"tensors": tensors, "settings": settings}).encode()
         self._pid = os.getpid()
         self._check(lib.ab_open(req, len(req)))
         self.open = True
