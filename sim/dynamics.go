@@ -85,8 +85,10 @@ func validateSteps(what string, steps []Step) error {
 	return nil
 }
 
-// validateDynamics checks the traces and stragglers of o.
-func (o *Options) validateDynamics() error {
+// ValidateDynamics checks the traces and stragglers of o against its
+// workers and servers (Validate does too; a runtime job, which does not
+// call Validate, checks them with it).
+func (o *Options) ValidateDynamics() error {
 	if err := validateSteps("bandwidth trace", o.BandwidthTrace); err != nil {
 		return err
 	}

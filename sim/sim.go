@@ -211,7 +211,7 @@ func (o *Options) Validate() error {
 	if err := o.Sched.Validate(); err != nil {
 		return err
 	}
-	if err := o.validateDynamics(); err != nil {
+	if err := o.ValidateDynamics(); err != nil {
 		return err
 	}
 	return o.validateBudget()

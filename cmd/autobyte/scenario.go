@@ -95,6 +95,9 @@ func (f *scenarioFlags) dynamics(o *sim.Options) error {
 			return fmt.Errorf("--link-trace: %w", err)
 		}
 	}
+	if err := o.ValidateDynamics(); err != nil {
+		return err // e.g. a link trace of a host the job does not have
+	}
 	seen := map[int]bool{}
 	for _, s := range f.stragglers {
 		r, x, window, err := parseStraggler(s, o.Workers)
