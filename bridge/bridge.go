@@ -79,6 +79,7 @@ type Request struct {
 //	AUTOBYTE_PARTITION     partition size, e.g. 4MB (default: ByteScheduler's, by arch)
 //	AUTOBYTE_CREDIT        credit size (default: ByteScheduler's, or one partition per server up to one per worker where that is more; proto.DefaultCredit)
 //	AUTOBYTE_SHARD         ps big-array bound (default 4MB; 0 = never split over servers)
+//	AUTOBYTE_SERVER_WEIGHTS  ps: the share of the bytes each server is given, one number per server, e.g. 4:4:1 (default: even by bytes)
 //	AUTOBYTE_PS_PULL       1 = separate pulls instead of answered pushes
 //	AUTOBYTE_FUSION        fuse neighbouring tensors smaller than this into units of at most this size (e.g. 256KB; default 0 = never)
 //	AUTOBYTE_COMPRESSION   none (default), bf16 or fp16: the wire type of float32 gradients no tensor pins;
@@ -191,6 +192,14 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 	cfg, err := schedConfig(get, arch, world, servers)
 	if err != nil {
 		return s, err
+	}
+	if v := get("AUTOBYTE_SERVER_WEIGHTS"); v != "" {
+		if arch != worker.PS {
+			return s, fmt.Errorf("AUTOBYTE_SERVER_WEIGHTS=%q: all-reduce has no parameter servers", v)
+		}
+		if cfg.ServerWeights, err = sched.ParseServerWeightsFor(v, servers); err != nil {
+			return s, fmt.Errorf("AUTOBYTE_SERVER_WEIGHTS (AUTOBYTE_SERVERS=%d): %w", servers, err)
+		}
 	}
 	shard := int64(proto.DefaultShardBytes)
 	if v := get("AUTOBYTE_SHARD"); v != "" {

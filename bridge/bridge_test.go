@@ -124,6 +124,29 @@ func TestParseSettingsFusion(t *testing.T) {
 	}
 }
 
+func TestParseSettingsServerWeights(t *testing.T) {
+	ps := map[string]string{"AUTOBYTE_SERVERS": "3"}
+	for v, want := range map[string]string{"": "", "4:4:1": "1000:1000:250", "2,2,2": ""} {
+		ps["AUTOBYTE_SERVER_WEIGHTS"] = v
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(ps))
+		if err != nil || st.Spec.Sched.ServerWeights.String() != want {
+			t.Errorf("AUTOBYTE_SERVER_WEIGHTS=%q: %v, weights %q; want %q", v, err, st.Spec.Sched.ServerWeights, want)
+		}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"AUTOBYTE_SERVERS": "3", "AUTOBYTE_SERVER_WEIGHTS": "1:2"}, `AUTOBYTE_SERVER_WEIGHTS (AUTOBYTE_SERVERS=3): sched: server weights "1:2": 2 weights for 3 servers`},
+		{map[string]string{"AUTOBYTE_SERVERS": "2", "AUTOBYTE_SERVER_WEIGHTS": "1:-1"}, `server 1's weight "-1"`},
+		{map[string]string{"AUTOBYTE_SERVER_WEIGHTS": "1:2"}, `AUTOBYTE_SERVER_WEIGHTS="1:2": all-reduce has no parameter servers`},
+	} {
+		if _, err := ParseSettings(Request{Tensors: twoTensors}, envOf(c.env)); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("env %v: error %v, want one containing %q", c.env, err, c.want)
+		}
+	}
+}
+
 func TestParseSettingsSharedMemory(t *testing.T) {
 	for v, off := range map[string]bool{"": false, "1": false, "on": false, "0": true, "off": true, "false": true} {
 		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(map[string]string{"AUTOBYTE_SHM": v}))

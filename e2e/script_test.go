@@ -209,3 +209,30 @@ func TestScriptServerHung(t *testing.T) {
 	}
 	noCrash(t, "launch", l.output())
 }
+
+// TestScriptEnvironment: the scheduling flags of launch reach a training
+// script's engine through its environment (server weights among them),
+// and the status pipe is given to the script but taken out of the
+// environment of what the script starts once the plugin is imported.
+func TestScriptEnvironment(t *testing.T) {
+	lib := engineLib(t)
+	const script = `
+import os, subprocess, sys
+print("weights", os.environ.get("AUTOBYTE_SERVER_WEIGHTS"), "shard", os.environ.get("AUTOBYTE_SHARD"), "status", os.environ.get("AUTOBYTE_STATUS_FD"))
+import autobyte._native
+child = subprocess.run([sys.executable, "-c", "import os; print(os.environ.get('AUTOBYTE_STATUS_FD'))"], capture_output=True, text=True).stdout.strip()
+print("child status", child)
+`
+	cmd := execCommand("launch", "--workers=1", "--servers=3", "--server-weights=4:4:1", "--shard=1MB", "--", "python3", "-c", script)
+	cmd.Env = append(os.Environ(), "AUTOBYTE_LIB="+lib)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("launch failed: %v\nstdout: %s\nstderr: %s", err, out, stderr.String())
+	}
+	want := "weights 1000:1000:250 shard 1000000 status 3\nchild status None"
+	if got := strings.TrimSpace(string(out)); got != want {
+		t.Errorf("the script printed\n%s\nwant\n%s", got, want)
+	}
+}

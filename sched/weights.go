@@ -140,6 +140,20 @@ func ParseServerWeights(s string) (ServerWeights, error) {
 	return Weigh(shares)
 }
 
+// ParseServerWeightsFor is ParseServerWeights for a job of servers
+// parameter servers: one weight each, no more, no fewer (equal weights
+// give the zero value, so the count is checked on s itself).
+func ParseServerWeightsFor(s string, servers int) (ServerWeights, error) {
+	w, err := ParseServerWeights(s)
+	if err != nil {
+		return w, err
+	}
+	if n := len(strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' })); n != servers {
+		return ServerWeights{}, fmt.Errorf("sched: server weights %q: %d weights for %d servers", s, n, servers)
+	}
+	return w, nil
+}
+
 // MarshalJSON writes the weighed servers' weights as a list (null for the
 // zero value).
 func (w ServerWeights) MarshalJSON() ([]byte, error) {

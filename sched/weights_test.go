@@ -64,6 +64,23 @@ func TestParseServerWeights(t *testing.T) {
 			t.Errorf("ParseServerWeights(%q) = %v, want an error naming %q", in, err, want)
 		}
 	}
+	// For a job: one weight per server, counted as written (equal weights
+	// parse to the zero value, which would hide a wrong count).
+	if w, err := ParseServerWeightsFor("4:4:1", 3); err != nil || w.String() != "1000:1000:250" {
+		t.Errorf("ParseServerWeightsFor(4:4:1, 3) = %v, %v", w, err)
+	}
+	if w, err := ParseServerWeightsFor("2:2", 2); err != nil || w.Weighted() {
+		t.Errorf("ParseServerWeightsFor(2:2, 2) = %v, %v; want the zero value (even)", w, err)
+	}
+	for _, c := range []struct {
+		in      string
+		servers int
+		want    string
+	}{{"1:1:1", 2, `"1:1:1": 3 weights for 2 servers`}, {"1:2", 3, `"1:2": 2 weights for 3 servers`}, {"1:x", 2, `server 1's weight "x"`}} {
+		if _, err := ParseServerWeightsFor(c.in, c.servers); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("ParseServerWeightsFor(%q, %d) = %v, want an error naming %q", c.in, c.servers, err, c.want)
+		}
+	}
 	if err := (Config{ServerWeights: ServerWeights{5, 0, 5}}).Validate(); err == nil || !strings.Contains(err.Error(), "server 1 has weight 0") {
 		t.Errorf("a weight hole validates: %v", err)
 	}

@@ -69,6 +69,9 @@ func scriptEnv(spec job.Spec, lc launchConfig, rank int, masterHost string, mast
 		set("AUTOBYTE_ARCH", "ps")
 		set("AUTOBYTE_SERVERS", strconv.Itoa(spec.Servers))
 		set("AUTOBYTE_SHARD", strconv.FormatInt(spec.ShardBytes, 10))
+		if w := spec.Sched.ServerWeights; w.Weighted() {
+			set("AUTOBYTE_SERVER_WEIGHTS", w.String())
+		}
 		if spec.PullMode {
 			set("AUTOBYTE_PS_PULL", "1")
 		}

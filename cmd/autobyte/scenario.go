@@ -297,11 +297,8 @@ func (f *scenarioFlags) optionsFor(cmd *cobra.Command, needModel bool) (sim.Opti
 		if arch != sim.PS {
 			return o, fmt.Errorf("--server-weights %s: all-reduce has no parameter servers", f.serverWeights)
 		}
-		if cfg.ServerWeights, err = sched.ParseServerWeights(f.serverWeights); err != nil {
+		if cfg.ServerWeights, err = sched.ParseServerWeightsFor(f.serverWeights, servers); err != nil {
 			return o, fmt.Errorf("--server-weights: %w", err)
-		}
-		if n := cfg.ServerWeights.Len(); cfg.ServerWeights.Weighted() && n != servers {
-			return o, fmt.Errorf("--server-weights %s: %d weights for %d servers", f.serverWeights, n, servers)
 		}
 	}
 	o = sim.Options{Profile: p, Arch: arch, Workers: f.workers, Servers: servers,
