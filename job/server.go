@@ -54,7 +54,8 @@ func ServeSessions(ctx context.Context, spec Spec, index int, n Net, sessions in
 			return total, err
 		}
 		if n.Logger != nil && sessions != 1 {
-			n.Logger.Info("job: server finished a job; waiting for the next", "server", index, "jobs", k+1)
+			n.Logger.Info("job: server finished a job; waiting for the next", "server", index, "jobs", k+1,
+				"bytes_received", sum.BytesReceived, "bytes_sent", sum.BytesSent)
 		}
 	}
 	return total, nil

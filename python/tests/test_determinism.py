@@ -10,6 +10,7 @@ binary; otherwise it is built from this checkout once per run.
 """
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -61,6 +62,7 @@ class Determinism(unittest.TestCase):
         r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
         self.assertEqual(r.returncode, 0, "%s failed:\n%s" % (" ".join(cmd), r.stdout))
         got = torch.load(out)
+        got["output"] = r.stdout
         for rank in range(1, WORKERS):
             other = torch.load("%s.rank%d" % (out, rank))["state"]
             for k, v in got["state"].items():
@@ -102,6 +104,16 @@ class Determinism(unittest.TestCase):
         # sums each element in rank order: the same bits as unfused.
         self.assertSameBits(self.job("ps-1", self.PS), self.job("ps-fused", self.PS + ["--fusion", "64KB"]),
                             "parameter servers with and without --fusion 64KB")
+
+    def test_server_weights_keep_the_servers_sums(self):
+        # Weights move pieces between the servers; whichever server holds a
+        # piece sums it in rank order: the same bits as even placement.
+        weighted = self.job("ps-weighted", self.PS + ["--server-weights", "1:5", "--log-level", "info"])
+        self.assertSameBits(self.job("ps-1", self.PS), weighted, "parameter servers with even weights and with --server-weights 1:5")
+        # The weights did move the bytes (the servers log what they received).
+        got = dict(re.findall(r"server finished a job.* server=(\d) .*bytes_received=(\d+)", weighted["output"]))
+        self.assertEqual(sorted(got), ["0", "1"], "the servers' byte counts in:\n%s" % weighted["output"])
+        self.assertGreater(int(got["1"]), 3 * int(got["0"]), "server 1 (weight 5) received %s bytes, server 0 (weight 1) %s" % (got["1"], got["0"]))
 
     def test_fusion_on_the_ring(self):
         # Fusion moves the ring's chunk boundaries, so the order of some

@@ -360,6 +360,17 @@ class Errors(unittest.TestCase):
         # A refused init changes nothing: this process is still rank 0 of 1.
         self.assertEqual((ab.rank(), ab.size()), (0, 1))
 
+    def test_server_weights_without_servers(self):
+        # A setting the engine refuses names itself when the optimizer is
+        # wrapped: one process, no servers, so no weights to give them.
+        ab.init(server_weights="1:2")
+        try:
+            m = self.model()
+            with self.assertRaisesRegex(AutobyteError, r'AUTOBYTE_SERVER_WEIGHTS="1:2": all-reduce has no parameter servers'):
+                ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        finally:
+            ab._settings.pop("AUTOBYTE_SERVER_WEIGHTS", None)
+
     def test_two_open_optimizers(self):
         # One engine per process: a second DistributedOptimizer while the
         # first is open is refused, naming the first and the way out.

@@ -107,7 +107,7 @@ _settings = {}
 _initialised = False
 _sessions = []  # weak references to live sessions
 
-_KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "ps_pull", "bandwidth",
+_KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "server_weights", "ps_pull", "bandwidth",
           "peer_timeout", "rendezvous_timeout", "timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
 
@@ -137,6 +137,8 @@ def init(rank=None, world_size=None, master_addr=None, master_port=None, **setti
     Keyword settings override the AUTOBYTE_* environment, e.g.
     ``init(partition="1MB", credit="4MB", scheduler="bytescheduler")``;
     names are arch, servers, scheduler, partition, credit, shard,
+    server_weights (parameter servers: the share of the bytes each server
+    is given, one number per server, e.g. "4:4:1"; default even by bytes),
     fusion (fuse neighbouring parameters smaller than this, e.g. "256KB",
     into one message, like DDP's buckets; default 0: never; auto: the
     autobyte tuner, AUTOBYTE_TUNER=autobyte, switches between none and 1 MiB
