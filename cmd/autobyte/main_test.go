@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -570,5 +571,44 @@ func TestComputeScaleAt(t *testing.T) {
 		if got := c.f(c.k); got != c.want {
 			t.Errorf("scale at %d = %v, want %v", c.k, got, c.want)
 		}
+	}
+}
+
+// TestBalanceHint: with many servers the default 4 MB pieces are too few
+// to spread, and sim says so with a partition that spreads them; the
+// suggested partition does bring the busiest server near the mean (and the
+// iteration time down), where the hint is no longer printed.
+func TestBalanceHint(t *testing.T) {
+	args := []string{"sim", "--model", "resnet50", "--workers", "64", "--servers", "64", "--iterations", "3"}
+	out, err := run(t, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`balance +the busiest server received ([0-9.]+)x the servers' mean: 176 pieces per iteration do not spread evenly over 64 servers; smaller pieces would \(e\.g\. --partition (\d+KiB)\)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no balance hint for 64 servers at 4 MB pieces:\n%s", out)
+	}
+	coarse := simJSON(t, args[1:]...)
+	fine := simJSON(t, append(args[1:], "--partition", m[2])...)
+	links := func(r map[string]any) float64 {
+		l := r["link_bytes"].(map[string]any)
+		return l["server_ingress_max"].(float64) / l["server_ingress_mean"].(float64)
+	}
+	if x := links(coarse); x < 1.5 {
+		t.Errorf("4 MB pieces: busiest server %.2fx the mean, but the hint was printed", x)
+	}
+	if x := links(fine); x >= 1.5 {
+		t.Errorf("--partition %s: busiest server still %.2fx the mean", m[2], x)
+	}
+	if c, f := coarse["iteration_time_s"].(float64), fine["iteration_time_s"].(float64); !(f < 0.8*c) {
+		t.Errorf("--partition %s: %.3f s per iteration, against %.3f s at 4 MB: the hint does not pay", m[2], f, c)
+	}
+	out, err = run(t, append(args, "--partition", m[2])...)
+	if err != nil || strings.Contains(out, "balance") {
+		t.Errorf("--partition %s: still a balance hint (%v):\n%s", m[2], err, out)
+	}
+	// The usual sizes are even: no hint (8 workers, 8 servers).
+	if out, err := run(t, "sim", "--model", "resnet50", "--workers", "8", "--iterations", "3"); err != nil || strings.Contains(out, "balance") {
+		t.Errorf("8 servers: a balance hint (%v):\n%s", err, out)
 	}
 }

@@ -177,7 +177,10 @@ type linkReport struct {
 	WorkerIngressMax int64 `json:"worker_ingress_max"`
 	ServerEgressMax  int64 `json:"server_egress_max,omitempty"`
 	ServerIngressMax int64 `json:"server_ingress_max,omitempty"`
-	Total            int64 `json:"total_egress"`
+	// ServerIngressMean is what the servers received on average: far below
+	// the max, the placement could not spread the pieces evenly.
+	ServerIngressMean int64 `json:"server_ingress_mean,omitempty"`
+	Total             int64 `json:"total_egress"`
 }
 
 func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Duration) simReport {
@@ -188,7 +191,13 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 		}
 		return slices.Max(xs)
 	}
-	var total int64
+	var total, serverIn int64
+	for _, x := range r.Links.ServerIngress {
+		serverIn += x
+	}
+	if n := len(r.Links.ServerIngress); n > 0 {
+		serverIn /= int64(n)
+	}
 	for _, xs := range [][]int64{r.Links.WorkerEgress, r.Links.ServerEgress} {
 		for _, x := range xs {
 			total += x
@@ -204,7 +213,7 @@ func newSimReport(f scenarioFlags, o sim.Options, r *sim.Result, wall time.Durat
 		Links: linkReport{
 			WorkerEgressMax: maxOf(r.Links.WorkerEgress), WorkerIngressMax: maxOf(r.Links.WorkerIngress),
 			ServerEgressMax: maxOf(r.Links.ServerEgress), ServerIngressMax: maxOf(r.Links.ServerIngress),
-			Total: total,
+			ServerIngressMean: serverIn, Total: total,
 		},
 		LinkTraces: f.linkTraces,
 		Events:     r.Events, SimEventsPerWall: float64(r.Events) / wall.Seconds(),
@@ -276,6 +285,35 @@ func (r simReport) writeText(w io.Writer) error {
 		fmt.Fprintf(tw, "\n\tmean over the run %s\n", units.FormatSeconds(r.MeanIterationS))
 	}
 	fmt.Fprintf(tw, "link bytes\tworker egress max %s, server ingress max %s, total %s\n", units.FormatBytes(r.Links.WorkerEgressMax), units.FormatBytes(r.Links.ServerIngressMax), units.FormatBytes(r.Links.Total))
+	if hint := r.balanceHint(); hint != "" {
+		fmt.Fprintf(tw, "balance\t%s\n", hint)
+	}
 	fmt.Fprintf(tw, "simulated\t%d events in %s (%.2g events/s)\n", r.Events, units.FormatSeconds(r.WallS), r.SimEventsPerWall)
 	return tw.Flush()
+}
+
+// balanceHint says when the busiest parameter server received far more
+// than the servers' mean (1.5x): the pieces are too few and too large to
+// spread over that many servers, as with the default 4 MB partition and
+// hundreds of servers. It suggests a partition giving each server about
+// four pieces per iteration. "" when the load is even.
+func (r simReport) balanceHint() string {
+	l := r.Links
+	if r.Arch != "ps" || l.ServerIngressMean <= 0 || float64(l.ServerIngressMax) < 1.5*float64(l.ServerIngressMean) {
+		return ""
+	}
+	suggest := int64(4 << 10)
+	for suggest*2 <= r.GradientBytes/int64(4*r.Servers) {
+		suggest *= 2
+	}
+	hint := fmt.Sprintf("the busiest server received %.1fx the servers' mean: %d pieces per iteration do not spread evenly over %d servers",
+		float64(l.ServerIngressMax)/float64(l.ServerIngressMean), r.PiecesPerIter, r.Servers)
+	if r.PartitionBytes > suggest {
+		size := fmt.Sprintf("%dKiB", suggest>>10)
+		if suggest >= 1<<20 {
+			size = fmt.Sprintf("%dMiB", suggest>>20)
+		}
+		hint += fmt.Sprintf("; smaller pieces would (e.g. --partition %s), or --tuner autobyte, which tunes the partition", size)
+	}
+	return hint
 }
