@@ -39,11 +39,12 @@ func engineLib(t *testing.T) string {
 	return libPath
 }
 
-// stepScript opens the engine with one tensor of ones and runs three
-// iterations; rank 0 prints each sum; the rank RAISE names raises in the
-// second iteration, as a training script with a bug does. Its peers then
-// fail (the engine closed their connections with a reason) before it
-// exits.
+// stepScript opens the engine with one tensor of ones and runs ITERATIONS
+// iterations (default 3), PAUSE seconds apart (default 0); every rank
+// prints each sum; the rank RAISE names raises in the second iteration, as
+// a training script with a bug does. Its peers then fail (the engine closed
+// their connections with a reason) before it exits. An engine error ends
+// the script as it ends a training script.
 const stepScript = `
 import atexit, ctypes, os, sys, time
 from autobyte._native import Engine
@@ -58,13 +59,13 @@ def leave():
         eng.close(False, "its training script raised an exception")
         time.sleep(1)
 buf = (ctypes.c_float * n)()
-for it in range(3):
+for it in range(int(os.environ.get("ITERATIONS", "3"))):
     for i in range(n):
         buf[i] = 1.0
     eng.post(0, it, ctypes.addressof(buf), n)
     eng.wait_layer(0, it)
-    if rank == 0:
-        print("iteration", it, "sum", buf[0], flush=True)
+    print("iteration", it, "sum", buf[0], flush=True)
+    time.sleep(float(os.environ.get("PAUSE", "0")))
     if it == 1 and rank == int(os.environ.get("RAISE", "-1")):
         raise ValueError("boom at rank %d" % rank)
 eng.close()
@@ -159,24 +160,6 @@ func TestScriptWithoutEngine(t *testing.T) {
 	}
 }
 
-// loopScript runs iterations of one tensor until the job is stopped,
-// printing each iteration's sum; it lets the engine's error end it, as a
-// training script does.
-const loopScript = `
-import ctypes, os, time
-from autobyte._native import Engine
-n = 1000
-eng = Engine([{"name": "w", "layer": 0, "elems": n}])
-buf = (ctypes.c_float * n)()
-for it in range(100000):
-    for i in range(n):
-        buf[i] = 1.0
-    eng.post(0, it, ctypes.addressof(buf), n)
-    eng.wait_layer(0, it)
-    print("iteration", it, "sum", buf[0], flush=True)
-    time.sleep(0.05)
-`
-
 // TestScriptServerHung stops (SIGSTOP) a parameter server under a training
 // script: the scripts' engines notice the silence after the peer timeout
 // and their scripts raise. The root cause is the server that hung, which
@@ -184,8 +167,8 @@ for it in range(100000):
 // script that raised nor the other server that lost it.
 func TestScriptServerHung(t *testing.T) {
 	lib := engineLib(t)
-	l := start(t, "launch", []string{"AUTOBYTE_LIB=" + lib},
-		"launch", "--workers=2", "--servers=2", "--", "python3", "-c", loopScript)
+	l := start(t, "launch", []string{"AUTOBYTE_LIB=" + lib, "ITERATIONS=100000", "PAUSE=0.05"},
+		"launch", "--workers=2", "--servers=2", "--", "python3", "-c", stepScript)
 	l.waitLine(t, "[worker 1] iteration 5 sum 2.0", 60*time.Second)
 	victim, _ := childRunning(t, l, "server --index=0")
 	if err := syscall.Kill(victim, syscall.SIGSTOP); err != nil {
