@@ -125,7 +125,7 @@ func (w ServerWeights) String() string {
 // ParseServerWeights reads "4:4:1" (or "4,4,1"): one positive number per
 // server, in server order, scaled as Weigh does.
 func ParseServerWeights(s string) (ServerWeights, error) {
-	fields := strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' })
+	fields := weightFields(s)
 	if len(fields) == 0 {
 		return ServerWeights{}, fmt.Errorf("sched: server weights %q: want one number per server, e.g. 4:4:1", s)
 	}
@@ -140,6 +140,11 @@ func ParseServerWeights(s string) (ServerWeights, error) {
 	return Weigh(shares)
 }
 
+// weightFields splits a weight list at its separators, ':' or ','.
+func weightFields(s string) []string {
+	return strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' })
+}
+
 // ParseServerWeightsFor is ParseServerWeights for a job of servers
 // parameter servers: one weight each, no more, no fewer (equal weights
 // give the zero value, so the count is checked on s itself).
@@ -148,7 +153,7 @@ func ParseServerWeightsFor(s string, servers int) (ServerWeights, error) {
 	if err != nil {
 		return w, err
 	}
-	if n := len(strings.FieldsFunc(s, func(r rune) bool { return r == ':' || r == ',' })); n != servers {
+	if n := len(weightFields(s)); n != servers {
 		return ServerWeights{}, fmt.Errorf("sched: server weights %q: %d weights for %d servers", s, n, servers)
 	}
 	return w, nil
