@@ -281,22 +281,34 @@ func isGoodbye(f transport.Frame) bool {
 // (lowest priority), after every ring frame still queued, so a neighbour
 // that receives one has everything it needs from this rank and stops
 // reading; closing the connections afterwards is then no failure.
+//
+// A goodbye that cannot be written because a neighbour closed its
+// connection first (typically in reaction to the other goodbye, when it
+// still had a piece this rank will never start) is not this rank's
+// failure: that neighbour stopped, told everyone why, and needs no
+// goodbye. Goodbye then returns nil; the neighbours report the job's
+// failure.
 func (r *Ring) Goodbye(timeout time.Duration) error {
 	if r.size == 1 {
 		return nil
 	}
 	done := make(chan error, 2)
+	queued := 0
 	for _, c := range []*transport.Conn{r.next, r.prev} {
 		f := transport.Frame{Header: transport.Header{Kind: transport.KindControl, Aux: goodbyeAux, Priority: math.MaxUint64}}
-		if err := c.SendNotify(f, func(err error) { done <- err }); err != nil {
+		err := c.SendNotify(f, func(err error) { done <- err })
+		switch {
+		case err == nil:
+			queued++
+		case !r.neighbourClosed(err):
 			return fmt.Errorf("allreduce: rank %d: goodbye to %s: %w", r.rank, c.Peer(), err)
 		}
 	}
 	deadline := time.After(timeout)
-	for range 2 {
+	for range queued {
 		select {
 		case err := <-done:
-			if err != nil {
+			if err != nil && !r.neighbourClosed(err) {
 				return fmt.Errorf("allreduce: rank %d: goodbye: %w", r.rank, err)
 			}
 		case <-deadline:
@@ -304,6 +316,15 @@ func (r *Ring) Goodbye(timeout time.Duration) error {
 		}
 	}
 	return nil
+}
+
+// neighbourClosed reports whether a goodbye's write failed because a
+// neighbour closed its connection with a reason: this one directly, or
+// either one whereupon this ring failed and closed its own connections
+// (the other end may then see the crossing closes as a lost peer).
+func (r *Ring) neighbourClosed(err error) bool {
+	var pc *transport.PeerClosedError
+	return errors.As(err, &pc) || errors.As(r.Err(), &pc)
 }
 
 // readPrev receives ring frames from the previous rank until an error.

@@ -611,6 +611,48 @@ func TestRankLeftEarly(t *testing.T) {
 	}
 }
 
+// TestGoodbyeAfterNeighbourClosed: a goodbye that cannot be written because
+// a neighbour already closed its connection with a reason is no failure of
+// the rank saying it (the neighbour stopped and said why); a goodbye lost
+// on a connection closed for any other reason still is (negative control).
+func TestGoodbyeAfterNeighbourClosed(t *testing.T) {
+	t.Run("neighbour closed with a reason", func(t *testing.T) {
+		tr := newRing(t, 3)
+		allReduce(t, tr, []int{10}, nil, 5*time.Second)
+		// Rank 0 stops and tells both neighbours why; rank 1 (its next)
+		// fails and closes its own connections, so both of rank 1's
+		// goodbyes fail: one to a peer that closed, one on a connection
+		// rank 1 closed in reaction.
+		tr.next[0].CloseWithReason("rank 0: out of data")
+		tr.prev[0].CloseWithReason("rank 0: out of data")
+		if err := tr.runErr(t, 1, 3*time.Second); err == nil || !strings.Contains(err.Error(), "closed the connection") {
+			t.Fatalf("rank 1: Run = %v, want the failure of a neighbour that closed the connection", err)
+		}
+		if err := tr.rings[1].Goodbye(2 * time.Second); err != nil {
+			t.Errorf("rank 1: Goodbye after its neighbour closed = %v, want nil", err)
+		}
+	})
+	t.Run("connection closed without a reason", func(t *testing.T) {
+		// No ring runs here, so no failure can travel round a ring and come
+		// back as a neighbour's close: the lost goodbye is the only event.
+		next, prev, _ := connectWith(t, 2, tcfg)
+		t.Cleanup(func() {
+			for _, c := range append(next, prev...) {
+				c.Close()
+			}
+		})
+		rg, err := New(Options{Rank: 1, Size: 2, Next: next[1], Prev: prev[1], Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		next[1].Close() // nobody said why: the goodbye to rank 0 is lost
+		err = rg.Goodbye(2 * time.Second)
+		if err == nil || !strings.Contains(err.Error(), "rank 1: goodbye") {
+			t.Errorf("rank 1: Goodbye on a connection closed without a reason = %v, want an error naming the goodbye", err)
+		}
+	})
+}
+
 // runRank0WithPiece runs rank 0 of a ring of 2 over next[0] and prev[0]
 // until the test ends and starts one 10-element piece on it: Run's error
 // and the piece's come back on the channels.
