@@ -115,8 +115,18 @@ func (p *Profile) validate() error {
 			total += t.Params
 		}
 	}
+	if c := p.ForwardS() + p.BackwardS(); c > MaxIterationComputeS {
+		return fmt.Errorf("one iteration's compute (forward_s + backward_s over all layers) is %.4g s, more than the %d s (a day) a profile may ask for: check that the times are in seconds", c, MaxIterationComputeS)
+	}
 	return nil
 }
+
+// MaxIterationComputeS bounds a profile's compute per iteration. A replay
+// sleeps that long for real, and beyond about 292 years a duration no
+// longer fits in time.Duration and would silently wrap; a day is far
+// beyond any real model and still catches times given in the wrong unit
+// or scaled by mistake.
+const MaxIterationComputeS = 86400
 
 // TotalParams is the number of parameters over all tensors.
 func (p *Profile) TotalParams() int64 {

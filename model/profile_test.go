@@ -40,6 +40,7 @@ func TestValidateErrors(t *testing.T) {
 		{"duplicate", func(p *Profile) { p.Layers[1].Tensors[0].Name = "conv.bias" },
 			[]string{`layer 1 "fc"`, `tensor "conv.bias"`, "duplicate", `layer 0 "conv"`}},
 		{"overflow", func(p *Profile) { p.Layers[1].Tensors[0].Params = math.MaxInt64 / 2 }, []string{"overflow"}},
+		{"a day of compute", func(p *Profile) { p.Layers[1].BackwardS = MaxIterationComputeS }, []string{"one iteration's compute", "more than the 86400 s"}},
 	}
 	if err := validProfile().Validate(); err != nil {
 		t.Fatalf("valid profile: %v", err)

@@ -25,6 +25,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/autobyte/autobyte/model"
 )
 
 // Step is one step of a piecewise-constant trace over iterations: from
@@ -202,6 +204,32 @@ func (o *Options) serverRatesAt(k int) float64 {
 		sum += o.ServerRateAt(s, k)
 	}
 	return sum
+}
+
+// ValidateCompute refuses conditions under which one worker's iteration
+// would compute for longer than model.MaxIterationComputeS: the profile's
+// compute times the largest compute-trace value, straggler factor and
+// jitter of the run. A replay would sleep that long for real, and far
+// beyond it the durations wrap. o.Profile must be set.
+func (o *Options) ValidateCompute() error {
+	worst := 1.0
+	for _, st := range o.ComputeTrace {
+		worst = max(worst, st.Value)
+	}
+	slowest := 1.0
+	for r := range o.Workers {
+		f := o.slowdown(r)
+		for _, st := range o.StragglerTraces[r] {
+			f = max(f, o.slowdown(r)*st.Value)
+		}
+		slowest = max(slowest, f)
+	}
+	worst *= slowest * (1 + o.Jitter)
+	if c := (o.Profile.ForwardS() + o.Profile.BackwardS()) * worst; !(c <= model.MaxIterationComputeS) {
+		return fmt.Errorf("sim: an iteration could compute for %.4g s (the profile's %.4g s times %.4g from the compute trace, stragglers and jitter), more than the %d s (a day) allowed",
+			c, o.Profile.ForwardS()+o.Profile.BackwardS(), worst, model.MaxIterationComputeS)
+	}
+	return nil
 }
 
 // ComputeScaleAt is the multiplier of compute times of iteration k's

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
@@ -797,6 +798,44 @@ func TestStatsRoundTrip(t *testing.T) {
 			if st.RoundTripS != 2*lat {
 				t.Errorf("latency %v s, iteration %d: round trip %v s, want %v", lat, k, st.RoundTripS, 2*lat)
 			}
+		}
+	}
+}
+
+// TestComputeBound: conditions that would make one iteration compute for
+// more than a day are refused, and the largest factor of each kind counts
+// (a straggler window and a trace step late in the run included); a run
+// just under the bound is accepted (the check is not vacuous either way).
+func TestComputeBound(t *testing.T) {
+	p := profile(t, "toy3")
+	base := func() Options { return job(p, PS, 2, 1, 1e6) }
+	compute := p.ForwardS() + p.BackwardS()
+	under := model.MaxIterationComputeS / compute * 0.99
+	cases := []struct {
+		name   string
+		set    func(o *Options)
+		refuse bool
+	}{
+		{"nothing", func(o *Options) {}, false},
+		{"trace just under", func(o *Options) { o.ComputeTrace = []Step{{0, 1}, {2, under}} }, false},
+		{"trace over", func(o *Options) { o.ComputeTrace = []Step{{0, 1}, {2, under * 2}} }, true},
+		{"straggler over", func(o *Options) { o.Stragglers = map[int]float64{1: under * 2} }, true},
+		{"straggler window over", func(o *Options) { o.StragglerTraces = map[int][]Step{1: {{1, under * 2}, {2, 1}}} }, true},
+		{"factors multiply", func(o *Options) {
+			o.ComputeTrace = []Step{{0, under / 2}}
+			o.Stragglers = map[int]float64{0: 3}
+		}, true},
+		{"jitter", func(o *Options) { o.Jitter = under * 2 }, true},
+	}
+	for _, c := range cases {
+		o := base()
+		c.set(&o)
+		err := o.Validate()
+		switch {
+		case c.refuse && (err == nil || !strings.Contains(err.Error(), "an iteration could compute for")):
+			t.Errorf("%s: Validate = %v, want the compute bound's error", c.name, err)
+		case !c.refuse && err != nil:
+			t.Errorf("%s: Validate = %v, want nil", c.name, err)
 		}
 	}
 }

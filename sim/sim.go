@@ -214,7 +214,10 @@ func (o *Options) Validate() error {
 	if err := o.ValidateDynamics(); err != nil {
 		return err
 	}
-	return o.validateBudget()
+	if err := o.validateBudget(); err != nil {
+		return err
+	}
+	return o.ValidateCompute()
 }
 
 // tensorInfo is a tensor of the profile with its global index.

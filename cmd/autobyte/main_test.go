@@ -266,6 +266,14 @@ func TestBadInput(t *testing.T) {
 		{[]string{"sim", "--model", "toy3", "--compute-scale", "-2"}, "got -2"},
 		{[]string{"sim", "--model", "toy3", "--iterations", "0"}, "got 0"},
 		{[]string{"sim", "--model", "toy3", "--jitter", "-1"}, "got -1"},
+		// Compute beyond a day per iteration: a replay would sleep that
+		// long, and far beyond it the durations wrap (a launch replay of
+		// --compute-scale 1e300 once ran at full speed).
+		{[]string{"sim", "--model", "toy3", "--compute-scale", "1e300"}, "--compute-scale 1e+300: profile \"toy3\": one iteration's compute"},
+		{[]string{"launch", "--model", "toy3", "--compute-scale", "1e300"}, "--compute-scale 1e+300: profile \"toy3\""},
+		{[]string{"sim", "--model", "toy3", "--jitter", "1e300"}, "an iteration could compute for"},
+		{[]string{"sim", "--model", "toy3", "--compute-trace", "0:1,5:1e9"}, "times 1e+09 from the compute trace"},
+		{[]string{"launch", "--model", "toy3", "--workers", "2", "--straggler", "1:1e12@3-4"}, "times 1e+12 from the compute trace, stragglers"},
 		{[]string{"sim", "--model", "toy3", "--compression", "int8"}, `--compression: dtype: unknown element type "int8"`},
 		{[]string{"sim", "--model", "toy3", "--fusion", "lots"}, `--fusion: `},
 		{[]string{"sim", "--model", "toy3", "--fusion", "auto", "--tuner", "bo"}, "--fusion auto: only --tuner autobyte chooses the fusion, got --tuner bo"},

@@ -121,6 +121,9 @@ func (f *scenarioFlags) dynamics(o *sim.Options) error {
 			o.StragglerTraces[r] = window
 		}
 	}
+	if o.Profile != nil {
+		return o.ValidateCompute()
+	}
 	return nil
 }
 
@@ -182,7 +185,11 @@ func (f *scenarioFlags) loadProfile() (*model.Profile, error) {
 	if !(f.computeScale > 0) || math.IsInf(f.computeScale, 0) {
 		return nil, fmt.Errorf("--compute-scale must be a positive number, got %v", f.computeScale)
 	}
-	return p.Scaled(f.computeScale), nil
+	p = p.Scaled(f.computeScale)
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("--compute-scale %v: %w", f.computeScale, err)
+	}
+	return p, nil
 }
 
 // schedConfig returns the core configuration (fifo's global barrier comes
