@@ -69,8 +69,8 @@ type Estimate struct {
 }
 
 // BudgetError is a run whose estimate exceeds a limit. Cause names the
-// option that drives the estimate ("partition", "workers", "servers" or
-// "iterations"), so that a caller can name its own flag for it.
+// option that drives the estimate ("partition", "workers", "servers",
+// "iterations" or "model"), so that a caller can name its own flag for it.
 type BudgetError struct {
 	Cause    string
 	Estimate Estimate
@@ -97,6 +97,7 @@ var budgetAdvice = map[string]string{
 	"workers":    "use fewer workers",
 	"servers":    "use fewer servers",
 	"iterations": "use fewer iterations",
+	"model":      "the model is too large for this machine (a replaying worker holds about three copies of its gradients)",
 }
 
 // Budget estimates the cost of simulating o and returns a *BudgetError
@@ -285,8 +286,11 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 				r.BusiestMessages, units.FormatSeconds(r.OverheadS), units.FormatSeconds(RuntimeMessageCostS), units.FormatSeconds(MaxRuntimeOverheadS))}
 	case memoryBytes > 0 && r.MemoryBytes > float64(memoryBytes):
 		cause := "workers"
-		if r.PiecesPerIteration > 1_000_000 {
+		switch {
+		case r.PiecesPerIteration > 1_000_000:
 			cause = "partition"
+		case 3*model+runtimeMemPerProcess > float64(memoryBytes):
+			cause = "model" // one worker alone would not fit
 		}
 		return r, &BudgetError{Cause: cause, Estimate: Estimate{PiecesPerIteration: r.PiecesPerIteration, Messages: r.BusiestMessages},
 			What: fmt.Sprintf("runtime: %.0f processes need an estimated %s of memory, more than the %s this machine has available", procs, units.FormatBytes(int64(r.MemoryBytes)), units.FormatBytes(memoryBytes))}

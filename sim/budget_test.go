@@ -127,6 +127,16 @@ func TestRuntimeBudget(t *testing.T) {
 	if _, err := big.RuntimeBudget(0); err != nil {
 		t.Errorf("vgg16 on 16 workers, memory unknown: %v, want no refusal", err)
 	}
+	// One worker of vgg16 (553 MB of gradients) does not fit in 1 GB:
+	// fewer workers would not help, the model is the cause; in 4 GB it
+	// fits, and 16 workers are the cause (the control).
+	one := zooOptions(t, "vgg16", AllReduce, 1, 32_000_000)
+	if _, err := one.RuntimeBudget(1 << 30); !errors.As(err, &be) || be.Cause != "model" || !strings.Contains(err.Error(), "the model is too large") {
+		t.Errorf("vgg16 on 1 worker with 1 GiB: %v, want a refusal caused by the model", err)
+	}
+	if _, err := big.RuntimeBudget(4 << 30); !errors.As(err, &be) || be.Cause != "workers" {
+		t.Errorf("vgg16 on 16 workers with 4 GiB: %v, want a refusal caused by the workers", err)
+	}
 	// What servers hold in flight is the credit's worth per worker, never
 	// more than the model: a credit beyond it, or none, costs the same.
 	mem := func(credit int64) float64 {

@@ -369,6 +369,8 @@ func (f *scenarioFlags) budgetFlag(o sim.Options, err error) error {
 		return fmt.Errorf("--servers %d: %w", o.Servers, err)
 	case "iterations":
 		return fmt.Errorf("--iterations %d: %w", o.Iterations, err)
+	case "model":
+		return fmt.Errorf("model %s (%s of gradients): %w", o.Profile.Name, units.FormatBytes(o.Profile.TotalBytes()), err)
 	}
 	return fmt.Errorf("--workers %d: %w", o.Workers, err)
 }
