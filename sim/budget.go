@@ -79,6 +79,9 @@ type BudgetError struct {
 }
 
 func (e *BudgetError) Error() string {
+	if e.Estimate.PiecesPerIteration == 0 { // no model: processes alone
+		return fmt.Sprintf("%s: %s", e.What, budgetAdvice[e.Cause])
+	}
 	return fmt.Sprintf("%s (%d pieces per worker per iteration): %s", e.What, e.Estimate.PiecesPerIteration, budgetAdvice[e.Cause])
 }
 
@@ -296,6 +299,20 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 			What: fmt.Sprintf("runtime: %.0f processes need an estimated %s of memory, more than the %s this machine has available", procs, units.FormatBytes(int64(r.MemoryBytes)), units.FormatBytes(memoryBytes))}
 	}
 	return r, nil
+}
+
+// ProcessesBudget refuses a local job whose workers and servers could not
+// all start in memoryBytes (0: unknown, not checked), counting only each
+// process's own floor, runtimeMemPerProcess (a training script's processes
+// need their framework's memory on top). A job of a training command
+// checks this; a replay checks RuntimeBudget, which includes it.
+func ProcessesBudget(workers, servers int, memoryBytes int64) error {
+	procs := float64(workers) + float64(servers)
+	if need := procs * runtimeMemPerProcess; memoryBytes > 0 && need > float64(memoryBytes) {
+		return &BudgetError{Cause: "workers", What: fmt.Sprintf("runtime: %.0f processes need at least %s of memory (%s each for the engine alone), more than the %s this machine has available",
+			procs, units.FormatBytes(int64(need)), units.FormatBytes(runtimeMemPerProcess), units.FormatBytes(memoryBytes))}
+	}
+	return nil
 }
 
 // elemBytes is the bytes one parameter's gradient takes on the wire under

@@ -157,3 +157,23 @@ func TestRuntimeBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestProcessesBudget: a training command's job is refused when its
+// processes' own floor does not fit the machine, and accepted when it does
+// or when the memory is unknown.
+func TestProcessesBudget(t *testing.T) {
+	var be *BudgetError
+	err := ProcessesBudget(100_000, 100_000, 24<<30)
+	if !errors.As(err, &be) || be.Cause != "workers" || !strings.Contains(err.Error(), "200000 processes need at least") {
+		t.Errorf("200,000 processes in 24 GiB: %v, want a refusal caused by the workers, naming the processes", err)
+	}
+	if strings.Contains(err.Error(), "pieces per worker") {
+		t.Errorf("a job of a training command has no pieces to report: %v", err)
+	}
+	if err := ProcessesBudget(8, 8, 24<<30); err != nil {
+		t.Errorf("16 processes in 24 GiB: %v, want no refusal", err)
+	}
+	if err := ProcessesBudget(100_000, 0, 0); err != nil {
+		t.Errorf("memory unknown: %v, want no refusal", err)
+	}
+}

@@ -203,6 +203,9 @@ func runScriptLaunch(cmd *cobra.Command, f *scenarioFlags, script []string, bedN
 	if err != nil {
 		return err
 	}
+	if err := sim.ProcessesBudget(spec.Workers, spec.Servers, supervise.MachineMemory()); err != nil {
+		return f.budgetFlag(o, err)
+	}
 	if _, err := processFlags(logLevel, peerTimeout); err != nil {
 		return err
 	}

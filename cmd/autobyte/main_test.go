@@ -315,6 +315,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"launch", "--model", "toy3", "--workers", "2", "--link-trace", "worker2=0:1Gbps", "--testbed", "nosuchbed"}, "link trace of worker2: no such worker (the job has 2)"},
 		{[]string{"server", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--workers", "2", "--servers", "2", "--link-trace", "server-1=0:1Gbps"}, "server-1"},
 		{[]string{"launch", "--workers", "2", "--link-trace", "server0=0:1Gbps", "--", "/bin/true"}, "--link-trace does not apply"},
+		// Each process of a training command needs at least the engine's
+		// memory: 2 million processes are refused before any starts.
+		{[]string{"launch", "--workers", "1000000", "--", "/bin/true"}, "--workers 1000000: runtime: 2000000 processes need at least"},
 		{[]string{"worker", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--bandwidth", "1Gbps", "--link-trace", "worker0=5:2Gbps"}, "a worker's link trace needs the links shaped outside"},
 		{[]string{"launch", "--model", "toy3", "--tuner", "oracle"}, `"oracle"`},
 		{[]string{"launch", "--model", "toy3", "--tuner", "grid", "--grid-credits", "0B"}, `"0B"`},
