@@ -70,17 +70,23 @@ func splitNumber(s string) (num, unit string) {
 
 func isDigit(c byte) bool { return c >= '0' && c <= '9' }
 
-// parseNumber parses the numeric part of a quantity. kind ("size", "rate")
-// and in are used for error messages.
-func parseNumber(kind, in, num string) (float64, error) {
+// parseQuantity splits s into its number and its unit text and parses the
+// number, the steps ParseBytes and ParseRate share. kind ("size", "rate")
+// and s are used for error messages; the unit is left to the caller.
+func parseQuantity(kind, s string) (v float64, unit string, err error) {
+	t := strings.TrimSpace(s)
+	if t == "" {
+		return 0, "", fmt.Errorf("%s %q: empty", kind, s)
+	}
+	num, unit := splitNumber(t)
 	if num == "" || num == "+" || num == "-" {
-		return 0, fmt.Errorf("%s %q: missing number", kind, in)
+		return 0, "", fmt.Errorf("%s %q: missing number", kind, s)
 	}
-	v, err := strconv.ParseFloat(num, 64)
+	v, err = strconv.ParseFloat(num, 64)
 	if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
-		return 0, fmt.Errorf("%s %q: invalid number %q", kind, in, num)
+		return 0, "", fmt.Errorf("%s %q: invalid number %q", kind, s, num)
 	}
-	return v, nil
+	return v, unit, nil
 }
 
 // ParseBytes parses a byte size such as "4MB", "0.5MB", "512KiB", "1.5 GB",
@@ -89,12 +95,7 @@ func parseNumber(kind, in, num string) (float64, error) {
 // binary (powers of 1024). Fractional values are allowed and the result is
 // rounded to the nearest byte; it must be positive and fit in an int64.
 func ParseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	if t == "" {
-		return 0, fmt.Errorf("size %q: empty", s)
-	}
-	num, unit := splitNumber(t)
-	v, err := parseNumber("size", s, num)
+	v, unit, err := parseQuantity("size", s)
 	if err != nil {
 		return 0, err
 	}
@@ -176,12 +177,7 @@ func rateMultiplier(u string) (float64, bool) {
 // "1MB/s" == 1e6 B/s. A lower-case b always means bits and an upper-case B
 // bytes. A unit is required and the rate must be positive and finite.
 func ParseRate(s string) (float64, error) {
-	t := strings.TrimSpace(s)
-	if t == "" {
-		return 0, fmt.Errorf("rate %q: empty", s)
-	}
-	num, unit := splitNumber(t)
-	v, err := parseNumber("rate", s, num)
+	v, unit, err := parseQuantity("rate", s)
 	if err != nil {
 		return 0, err
 	}
