@@ -166,25 +166,24 @@ func (p *Profile) NumTensors() int {
 // ForwardS is the forward compute time of one iteration in seconds: the sum
 // of the layers' ForwardS.
 func (p *Profile) ForwardS() float64 {
-	if p == nil {
-		return 0
-	}
-	var s float64
-	for _, l := range p.Layers {
-		s += l.ForwardS
-	}
-	return s
+	return p.sumLayers(func(l Layer) float64 { return l.ForwardS })
 }
 
 // BackwardS is the backward compute time of one iteration in seconds: the
 // sum of the layers' BackwardS.
 func (p *Profile) BackwardS() float64 {
+	return p.sumLayers(func(l Layer) float64 { return l.BackwardS })
+}
+
+// sumLayers adds up one time of every layer, in layer order (0 for a nil
+// profile): ForwardS and BackwardS differ only in the field they sum.
+func (p *Profile) sumLayers(time func(Layer) float64) float64 {
 	if p == nil {
 		return 0
 	}
 	var s float64
 	for _, l := range p.Layers {
-		s += l.BackwardS
+		s += time(l)
 	}
 	return s
 }
