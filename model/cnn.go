@@ -35,12 +35,7 @@ func alexNet() *Profile {
 		}
 	}
 	// AdaptiveAvgPool2d((6, 6)): the map is already 6×6 at 224×224 input.
-	in := cin * 6 * 6
-	for _, fc := range []struct{ idx, out int }{{1, 4096}, {4, 4096}, {6, classes}} {
-		name := fmt.Sprintf("classifier.%d", fc.idx)
-		b.add(name, linearFLOPs(in, fc.out, 1), linear(name, in, fc.out, true))
-		in = fc.out
-	}
+	b.addClassifier(cin*6*6, []fcSpec{{1, 4096}, {4, 4096}, {6, classes}})
 	return b.build()
 }
 
@@ -61,13 +56,23 @@ func vgg16() *Profile {
 		cin = c
 		idx += 2 // Conv2d, ReLU
 	}
-	in := cin * 7 * 7
-	for _, fc := range []struct{ idx, out int }{{0, 4096}, {3, 4096}, {6, classes}} {
+	b.addClassifier(cin*7*7, []fcSpec{{0, 4096}, {3, 4096}, {6, classes}})
+	return b.build()
+}
+
+// fcSpec is one Linear layer of a torchvision classifier: its index in the
+// classifier Sequential and its output features.
+type fcSpec struct{ idx, out int }
+
+// addClassifier adds the Linear layers of a torchvision classifier
+// (AlexNet's and VGG's), named classifier.<idx>, the first fed in features
+// and each later one the output of the one before.
+func (b *builder) addClassifier(in int, fcs []fcSpec) {
+	for _, fc := range fcs {
 		name := fmt.Sprintf("classifier.%d", fc.idx)
 		b.add(name, linearFLOPs(in, fc.out, 1), linear(name, in, fc.out, true))
 		in = fc.out
 	}
-	return b.build()
 }
 
 // resNet is torchvision's bottleneck ResNet (v1.5: stride on the 3×3 conv)
