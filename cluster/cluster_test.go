@@ -94,7 +94,8 @@ func TestRendezvous(t *testing.T) {
 				errs <- err
 			}()
 		}
-		table, _, _, cerr := Coordinate(ctx, l, Member{Role: "worker", Rank: 0, Digest: "d"}, workers, servers, Patience{})
+		self := Member{Role: "worker", Rank: 0, Digest: "d", Config: map[string]string{"model": "m (1 tensor)", "iterations": "3"}}
+		table, _, _, cerr := Coordinate(ctx, l, self, workers, servers, Patience{})
 		var out []error
 		out = append(out, cerr)
 		for range members {
@@ -102,7 +103,8 @@ func TestRendezvous(t *testing.T) {
 		}
 		return table, out
 	}
-	table, errs := run(t, []Member{{Role: "worker", Rank: 1, Addr: ":7001", Digest: "d"}, {Role: "server", Rank: 0, Addr: ":7000", Digest: "d"}}, 2, 1)
+	table, errs := run(t, []Member{{Role: "worker", Rank: 1, Addr: ":7001", Digest: "d", Config: map[string]string{"model": "m (1 tensor)"}},
+		{Role: "server", Rank: 0, Addr: ":7000", Digest: "d"}}, 2, 1)
 	for _, err := range errs {
 		if err != nil {
 			t.Fatal(err)
@@ -112,9 +114,19 @@ func TestRendezvous(t *testing.T) {
 		b, _ := json.Marshal(table)
 		t.Errorf("table %s: addresses should carry the host the coordinator saw", b)
 	}
+	if table.Workers[0].Config != nil || table.Workers[1].Config != nil {
+		t.Errorf("table %+v: the configurations are for the coordinator's checks, not for every member", table.Workers)
+	}
 	_, errs = run(t, []Member{{Role: "worker", Rank: 1, Digest: "other"}}, 2, 0)
-	if errs[0] == nil || !strings.Contains(errs[0].Error(), "different job configuration") {
-		t.Errorf("digest mismatch: %v", errs[0])
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), "different job configuration (digest other, rank 0 expects d): start") {
+		t.Errorf("digest mismatch without configurations: %v", errs[0])
+	}
+	// With configurations, the parts that differ are named with both
+	// values; equal parts, and parts rank 0 does not describe, are not.
+	_, errs = run(t, []Member{{Role: "worker", Rank: 1, Digest: "other", Config: map[string]string{"model": "m (2 tensors)", "iterations": "3", "extra": "x"}}}, 2, 0)
+	if err := errs[0]; err == nil || !strings.Contains(err.Error(), "model: worker 1 has m (2 tensors), rank 0 has m (1 tensor)") ||
+		strings.Contains(err.Error(), "iterations") || strings.Contains(err.Error(), "extra") {
+		t.Errorf("digest mismatch in the model: %v, want the model's part named with both values and nothing else", err)
 	}
 	_, errs = run(t, []Member{{Role: "worker", Rank: 5, Digest: "d"}}, 2, 0)
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), "worker 5") {

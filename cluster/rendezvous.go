@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,6 +35,10 @@ type Member struct {
 	// send as their Digest (servers need not know the model); empty means
 	// Digest.
 	ServerDigest string `json:"server_digest,omitempty"`
+	// Config describes the configuration the digest covers, by part (e.g.
+	// "model", "scheduling"), for people: when a member's digest differs
+	// from the coordinator's, the error names the parts that differ.
+	Config map[string]string `json:"config,omitempty"`
 }
 
 // Table lists every member of the job.
@@ -247,6 +253,8 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 	wconns := make([]*transport.Conn, workers)
 	sconns := make([]*transport.Conn, servers)
 	t.Workers[0] = self
+	// The configuration is for the checks here; the table need not carry it.
+	t.Workers[0].Config = nil
 	var mu sync.Mutex // guards wconns and sconns against waiting()
 	waiting := func() string {
 		mu.Lock()
@@ -296,8 +304,10 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 			want = self.ServerDigest
 		}
 		if m.Digest != want {
-			return fail(fmt.Errorf("cluster: %s %d runs a different job configuration (digest %s, rank 0 expects %s): start every process with the same flags", m.Role, m.Rank, m.Digest, want))
+			return fail(fmt.Errorf("cluster: %s %d runs a different job configuration (digest %s, rank 0 expects %s)%s: start every process with the same flags (and a training script with the same model)",
+				m.Role, m.Rank, m.Digest, want, configDiff(m, self)))
 		}
+		m.Config = nil
 		if host, port, err := net.SplitHostPort(m.Addr); err == nil && host == "" {
 			if ra, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 				m.Addr = net.JoinHostPort(ra.IP.String(), port)
@@ -390,3 +400,18 @@ func Join(ctx context.Context, coordinator string, self Member, cfg transport.Co
 
 // ErrNoCoordinator is returned when no rendezvous address is known.
 var ErrNoCoordinator = errors.New("cluster: no coordinator address: set MASTER_ADDR and MASTER_PORT (autobyte's rank 0 listens at MASTER_PORT+1, or at AUTOBYTE_MASTER_PORT) or pass --master")
+
+// configDiff names the parts of the configuration in which member m
+// differs from the coordinator's own ("" when neither describes them).
+func configDiff(m, coordinator Member) string {
+	var d []string
+	for _, part := range slices.Sorted(maps.Keys(m.Config)) {
+		if own, ok := coordinator.Config[part]; ok && own != m.Config[part] {
+			d = append(d, fmt.Sprintf("%s: %s %d has %s, rank 0 has %s", part, m.Role, m.Rank, m.Config[part], own))
+		}
+	}
+	if len(d) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(d, "; ")
+}

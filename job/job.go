@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"time"
 
 	"golang.org/x/time/rate"
@@ -25,6 +26,7 @@ import (
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/transport"
 	"github.com/autobyte/autobyte/tune"
+	"github.com/autobyte/autobyte/units"
 	"github.com/autobyte/autobyte/worker"
 )
 
@@ -56,6 +58,36 @@ func (s Spec) ServerDigest() string {
 	}{s.Arch, s.Workers, s.Servers, s.PullMode})
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:6])
+}
+
+// ServerConfig is the part of the spec a parameter server needs, for
+// people (cluster.Member.Config): the coordinator names what differs when
+// a digest does not match.
+func (s Spec) ServerConfig() map[string]string {
+	c := fmt.Sprintf("%v, %d workers, %d servers", s.Arch, s.Workers, s.Servers)
+	if s.PullMode {
+		c += ", sums pulled"
+	}
+	return map[string]string{"cluster": c}
+}
+
+// Config is the spec for people, in the parts Digest covers: cluster,
+// model, scheduling and iterations (see ServerConfig).
+func (s Spec) Config() map[string]string {
+	c := s.ServerConfig()
+	if p := s.Profile; p != nil {
+		b, _ := json.Marshal(p)
+		h := sha256.Sum256(b)
+		c["model"] = fmt.Sprintf("%s: %d tensors in %d layers, %d parameters of %d bytes (profile digest %s)",
+			p.Name, p.NumTensors(), len(p.Layers), p.TotalParams(), p.BytesPerParam, hex.EncodeToString(h[:6]))
+	}
+	shard := "no sharding"
+	if s.ShardBytes > 0 {
+		shard = "shards of " + units.FormatBytes(s.ShardBytes)
+	}
+	c["scheduling"] = fmt.Sprintf("%v order, %v admission, %s, %s", s.Sched.Order, s.Sched.Admission, s.Sched.Knobs(), shard)
+	c["iterations"] = strconv.Itoa(s.Iterations)
+	return c
 }
 
 // ValidateServer reports the first invalid field a server uses.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"reflect"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/cluster"
+	"github.com/autobyte/autobyte/dtype"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/worker"
@@ -154,8 +156,50 @@ func TestDigestMismatch(t *testing.T) {
 	spec := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1}
 	other := spec
 	other.Iterations = 2
-	if msgs := mismatchErrors(t, spec, other, spec); !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") {
-		t.Fatalf("errors %q should report the configuration mismatch", msgs)
+	if msgs := mismatchErrors(t, spec, other, spec); !strings.Contains(strings.Join(msgs, "\n"), "different job configuration") ||
+		!strings.Contains(strings.Join(msgs, "\n"), "iterations: worker 1 has 2, rank 0 has 1") {
+		t.Fatalf("errors %q should report the configuration mismatch, naming the iterations", msgs)
+	}
+}
+
+// TestConfigCoversDigest: every change that moves the digest moves a part
+// of Config, the description the coordinator names differences by (a
+// change Config missed would be reported as a mismatch with nothing named),
+// and the same spec describes itself the same way.
+func TestConfigCoversDigest(t *testing.T) {
+	base := Spec{Profile: testProfile(), Arch: worker.PS, Workers: 2, Servers: 1, Iterations: 1, ShardBytes: 4 << 20,
+		Sched: sched.Config{PartitionBytes: 1 << 20, CreditBytes: 4 << 20, Order: sched.OrderPriority}}
+	changes := map[string]func(s *Spec){
+		"workers":     func(s *Spec) { s.Workers = 3 },
+		"servers":     func(s *Spec) { s.Servers = 2 },
+		"arch":        func(s *Spec) { s.Arch, s.Servers = worker.AllReduce, 0 },
+		"pull":        func(s *Spec) { s.PullMode = true },
+		"iterations":  func(s *Spec) { s.Iterations = 5 },
+		"shard":       func(s *Spec) { s.ShardBytes = 0 },
+		"partition":   func(s *Spec) { s.Sched.PartitionBytes = 2 << 20 },
+		"credit":      func(s *Spec) { s.Sched.CreditBytes = 8 << 20 },
+		"order":       func(s *Spec) { s.Sched.Order = sched.OrderFIFO },
+		"admission":   func(s *Spec) { s.Sched.Admission = sched.AdmitStrict },
+		"compression": func(s *Spec) { s.Sched.Compression = dtype.BF16 },
+		"weights":     func(s *Spec) { s.Servers, s.Sched.ServerWeights = 2, sched.ServerWeights{1, 3} },
+		"fusion":      func(s *Spec) { s.Sched.FusionBytes = 1 << 20 },
+		"tensor size": func(s *Spec) { s.Profile.Layers[1].Tensors[0].Params++ },
+		"tensor name": func(s *Spec) { s.Profile.Layers[1].Tensors[0].Name = "renamed" },
+		"compute":     func(s *Spec) { s.Profile.Layers[0].ForwardS = 0.5 },
+	}
+	if !reflect.DeepEqual(base.Config(), base.Config()) {
+		t.Fatal("the same spec describes itself differently")
+	}
+	for name, change := range changes {
+		s := base
+		s.Profile = base.Profile.Clone()
+		change(&s)
+		if s.Digest() == base.Digest() {
+			t.Errorf("%s: the digest did not move (the change is not one the digest covers)", name)
+		}
+		if reflect.DeepEqual(s.Config(), base.Config()) {
+			t.Errorf("%s: the digest moved but Config did not: %v", name, s.Config())
+		}
 	}
 }
 

@@ -82,7 +82,7 @@ func runServer(ctx context.Context, spec Spec, index int, n Net, patience cluste
 	}
 	defer l.Close()
 	_, port, _ := net.SplitHostPort(l.Addr().String())
-	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.ServerDigest()}
+	self := cluster.Member{Role: "server", Rank: index, Addr: advertise(n.Listen, port), Digest: spec.ServerDigest(), Config: spec.ServerConfig()}
 	_, ctl, err := cluster.Join(ctx, n.Master, self, cfg, patience)
 	if err != nil {
 		return sum, joined, err

@@ -244,7 +244,7 @@ func ConnectWith(ctx context.Context, spec Spec, rank int, n Net, co ConnectOpti
 
 	// A ring worker listens for its previous neighbour before registering.
 	var ringL *transport.Listener
-	self := cluster.Member{Role: "worker", Rank: o.Rank, Digest: spec.Digest(), ServerDigest: spec.ServerDigest()}
+	self := cluster.Member{Role: "worker", Rank: o.Rank, Digest: spec.Digest(), ServerDigest: spec.ServerDigest(), Config: spec.Config()}
 	if spec.Arch == worker.AllReduce && spec.Workers > 1 {
 		if ringL, err = transport.Listen(listenAddr(n.Listen), cfg); err != nil {
 			return nil, fmt.Errorf("job: worker %d: %w", o.Rank, err)

@@ -191,6 +191,8 @@ def main():
     p.add_argument("--die-stamp", default="", help="file the dying rank writes its time of death to")
     p.add_argument("--stall", action="store_true",
                    help="rank --die-rank stalls (sleeps 60 s, its process alive) at step --die-at instead of dying")
+    p.add_argument("--other-model-rank", type=int, default=-1,
+                   help="this rank trains another model (attention instead of --model, else features): a job started wrong")
     p.add_argument("--short-rank", type=int, default=-1,
                    help="this rank runs half the iterations and ends normally, as one that runs out of data first")
     a = p.parse_args()
@@ -220,7 +222,10 @@ def train(a, opt_name, rank, world, out):
     # Different initial weights per rank: the broadcast must make them equal.
     init = a.seed if a.init_seed is None else a.init_seed
     torch.manual_seed(init + (rank if a.backend != "reference" else 0))
-    model = MODELS[a.model]()
+    name = a.model
+    if rank == a.other_model_rank:
+        name = "attention" if a.model != "attention" else "features"
+    model = MODELS[name]()
     losses = []
     K = a.accumulate
     first = 0

@@ -337,6 +337,16 @@ class Faults(unittest.TestCase):
             self.assertEqual(left, [], "worker processes left behind: %s" % left)
 
 
+    def test_worker_with_another_model(self):
+        # A job started with another model on one rank is refused at
+        # rendezvous, naming the model's part and both ranks' models.
+        rc, out, secs = launch(["--workers", "2", "--servers", "1"], ["--backend", "autobyte", "--other-model-rank", "1"], timeout=60)
+        self.assertNotEqual(rc, 0, out)
+        self.assertRegex(out, r"worker 1 runs a different job configuration \(digest \w+, rank 0 expects \w+\); model: worker 1 has "
+                              r"script: \d+ tensors in \d+ layers, \d+ parameters of 4 bytes .*rank 0 has script: ", out)
+        self.assertLess(secs, 30, out)
+
+
 class Errors(unittest.TestCase):
     """Unsupported use fails with a message that says what and why (one
     process: WORLD_SIZE unset)."""
