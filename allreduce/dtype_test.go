@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/dtype"
+	"github.com/autobyte/autobyte/internal/sumorder"
 )
 
 // hopSum is the order and rounding the package comment states for 16-bit
@@ -92,11 +93,11 @@ func TestSixteenBitRing(t *testing.T) {
 				for k := range sizes {
 					want := hopSum(d, vals[k])
 					for r := range size {
-						if i := firstDiff(got[k][r], want); i >= 0 {
+						if i := sumorder.FirstDiff(got[k][r], want); i >= 0 {
 							t.Fatalf("piece %d rank %d element %d: got %v, want %v (the hop-by-hop rounded sum)", k, r, i, got[k][r][i], want[i])
 						}
 					}
-					if size >= 3 && sizes[k] > 30 && firstDiff(ringSum(vals[k]), want) < 0 {
+					if size >= 3 && sizes[k] > 30 && sumorder.FirstDiff(ringSum(vals[k]), want) < 0 {
 						t.Errorf("negative control: piece %d's float32 ring sum equals the rounded one", k)
 					}
 				}
@@ -107,7 +108,7 @@ func TestSixteenBitRing(t *testing.T) {
 				for k := range sizes {
 					want := ringSum(exact[k])
 					for r := range size {
-						if i := firstDiff(got[k][r], want); i >= 0 {
+						if i := sumorder.FirstDiff(got[k][r], want); i >= 0 {
 							t.Fatalf("integer piece %d rank %d element %d: got %v, want the exact %v", k, r, i, got[k][r][i], want[i])
 						}
 					}

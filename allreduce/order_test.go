@@ -2,32 +2,19 @@ package allreduce
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/autobyte/autobyte/dtype"
+	"github.com/autobyte/autobyte/internal/sumorder"
 )
 
-// orderPool holds float32 values so far apart in magnitude that the order
-// of addition changes their sum: (1e8 + 1) + -1e8 is 0, (1e8 + -1e8) + 1
-// is 1.
-var orderPool = []float32{1e8, -1e8, 1, -1, 3, 0.5, 1e-3, 1 << 24, -(1 << 24), 7e7, -3e7, 0.1, 33554431}
-
 // orderValues returns each of size ranks' n values for one piece, drawn
-// from orderPool by a generator seeded with seed.
+// from sumorder.Pool by a generator seeded with seed.
 func orderValues(seed uint64, size, n int) [][]float32 {
-	rng := rand.New(rand.NewPCG(seed, 17))
-	v := make([][]float32, size)
-	for r := range v {
-		v[r] = make([]float32, n)
-		for i := range v[r] {
-			v[r][i] = orderPool[rng.IntN(len(orderPool))]
-		}
-	}
-	return v
+	return sumorder.Values(rand.New(rand.NewPCG(seed, 17)), size, n)
 }
 
 // ringSum is the order the package comment states: element i of chunk c is
@@ -48,26 +35,6 @@ func ringSum(vals [][]float32) []float32 {
 		}
 	}
 	return out
-}
-
-// permSum sums each element over the ranks in the order perm.
-func permSum(vals [][]float32, perm []int) []float32 {
-	out := append([]float32(nil), vals[perm[0]]...)
-	for _, r := range perm[1:] {
-		for i, v := range vals[r] {
-			out[i] += v
-		}
-	}
-	return out
-}
-
-func firstDiff(got, want []float32) int {
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			return i
-		}
-	}
-	return -1
 }
 
 // reduceAll starts every piece on every rank with vals[k][r] as rank r's
@@ -174,7 +141,7 @@ func TestRingOrder(t *testing.T) {
 				for k := range vals {
 					want := ringSum(vals[k])
 					for r := range size {
-						if i := firstDiff(got[k][r], want); i >= 0 {
+						if i := sumorder.FirstDiff(got[k][r], want); i >= 0 {
 							col := make([]float32, size)
 							for q := range size {
 								col[q] = vals[k][q][i]
@@ -212,11 +179,11 @@ func TestRingOrderIsSensitive(t *testing.T) {
 			if j > 0 {
 				perm = rng.Perm(size)
 			}
-			if firstDiff(permSum(vals, perm), ring) >= 0 {
+			if sumorder.FirstDiff(sumorder.InOrder(vals, perm), ring) >= 0 {
 				differ++
 			}
 		}
-		rankDiffers := firstDiff(permSum(vals, rankOrder), ring) >= 0
+		rankDiffers := sumorder.FirstDiff(sumorder.InOrder(vals, rankOrder), ring) >= 0
 		switch {
 		case size == 2 && differ != 0:
 			t.Errorf("2 ranks: %d of %d orders give other bits than the ring; addition is commutative, so none should", differ, tries)

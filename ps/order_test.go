@@ -3,46 +3,20 @@ package ps
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/autobyte/autobyte/internal/sumorder"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/transport"
 )
 
-// orderPool holds float32 values so far apart in magnitude that the order
-// of addition changes their sum: (1e8 + 1) + -1e8 is 0, (1e8 + -1e8) + 1
-// is 1.
-var orderPool = []float32{1e8, -1e8, 1, -1, 3, 0.5, 1e-3, 1 << 24, -(1 << 24), 7e7, -3e7, 0.1, 33554431}
-
 // orderValues returns each of workers ranks' n values, drawn from
-// orderPool by a generator seeded with seed.
+// sumorder.Pool by a generator seeded with seed.
 func orderValues(seed uint64, workers, n int) [][]float32 {
-	rng := rand.New(rand.NewPCG(seed, 99))
-	v := make([][]float32, workers)
-	for r := range v {
-		v[r] = make([]float32, n)
-		for i := range v[r] {
-			v[r][i] = orderPool[rng.IntN(len(orderPool))]
-		}
-	}
-	return v
-}
-
-// sumInOrder adds vals[order[0]], vals[order[1]], ... element by element,
-// left to right: the rank-order sum for order 0..N-1, the arrival-order
-// sum for an arrival order.
-func sumInOrder(vals [][]float32, order []int) []float32 {
-	s := append([]float32(nil), vals[order[0]]...)
-	for _, r := range order[1:] {
-		for i, v := range vals[r] {
-			s[i] += v
-		}
-	}
-	return s
+	return sumorder.Values(rand.New(rand.NewPCG(seed, 99)), workers, n)
 }
 
 func identity(n int) []int {
@@ -101,16 +75,6 @@ func encode(v []float32, unaligned bool) []byte {
 	b := make([]byte, 4*len(v)+1)[1:]
 	transport.PutFloat32s(b, v)
 	return b
-}
-
-// firstDiff returns the first element whose bits differ, or -1.
-func firstDiff(got, want []float32) int {
-	for i := range want {
-		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-			return i
-		}
-	}
-	return -1
 }
 
 // pushAll has the server's summation take vals in the given arrival order,
@@ -172,14 +136,14 @@ func TestRankOrderSums(t *testing.T) {
 		for _, n := range []int{1, 3, 17, 301} {
 			for _, unaligned := range []bool{false, true} {
 				vals := orderValues(uint64(100*w+n), w, n)
-				want := sumInOrder(vals, identity(w))
+				want := sumorder.InOrder(vals, identity(w))
 				for _, order := range arrivalOrders(w, 150, rng) {
 					s, err := New(Options{Workers: w, Logger: quiet})
 					if err != nil {
 						t.Fatal(err)
 					}
 					got, peak := pushAll(t, s, vals, order, unaligned)
-					if i := firstDiff(got, want); i >= 0 {
+					if i := sumorder.FirstDiff(got, want); i >= 0 {
 						t.Fatalf("%d workers, %d elements (unaligned %v), arrival order %v: element %d = %v, rank-order sum is %v (values %v)",
 							w, n, unaligned, order, i, got[i], want[i], column(vals, i))
 					}
@@ -215,7 +179,7 @@ func TestArrivalOrderIsCaught(t *testing.T) {
 	for w := 1; w <= 8; w++ {
 		const n = 17
 		vals := orderValues(uint64(100*w+n), w, n)
-		want := sumInOrder(vals, identity(w))
+		want := sumorder.InOrder(vals, identity(w))
 		orders := arrivalOrders(w, 150, rng)
 		differ := 0
 		for _, order := range orders {
@@ -225,13 +189,13 @@ func TestArrivalOrderIsCaught(t *testing.T) {
 			}
 			s.arrivalOrder = true
 			got, peak := pushAll(t, s, vals, order, false)
-			if i := firstDiff(got, sumInOrder(vals, order)); i >= 0 {
-				t.Fatalf("arrival-order server, %d workers, order %v: element %d = %v, arrival-order sum is %v", w, order, i, got[i], sumInOrder(vals, order)[i])
+			if i := sumorder.FirstDiff(got, sumorder.InOrder(vals, order)); i >= 0 {
+				t.Fatalf("arrival-order server, %d workers, order %v: element %d = %v, arrival-order sum is %v", w, order, i, got[i], sumorder.InOrder(vals, order)[i])
 			}
 			if peak != 0 {
 				t.Fatalf("arrival-order server held %d bytes", peak)
 			}
-			if firstDiff(got, want) >= 0 {
+			if sumorder.FirstDiff(got, want) >= 0 {
 				differ++
 			}
 		}
@@ -321,7 +285,7 @@ func (r *rig) answers(it uint32) [][]float32 {
 			transport.Float32s(sum, f.Payload)
 			if out[k] == nil {
 				out[k] = sum
-			} else if i := firstDiff(sum, out[k]); i >= 0 {
+			} else if i := sumorder.FirstDiff(sum, out[k]); i >= 0 {
 				r.t.Fatalf("worker %d: %v element %d = %v, another worker got %v", rank, pieces[k], i, sum[i], out[k][i])
 			}
 		}
@@ -347,15 +311,15 @@ func TestRankOrderOverTheWire(t *testing.T) {
 						for k, got := range r.answers(uint32(it)) {
 							p := wirePieces(uint32(it))[k]
 							vals := wireValues(w, p)
-							rank := sumInOrder(vals, identity(w))
+							rank := sumorder.InOrder(vals, identity(w))
 							want, what := rank, "rank-order"
 							if arrival {
-								want, what = sumInOrder(vals, order), "arrival-order"
+								want, what = sumorder.InOrder(vals, order), "arrival-order"
 							}
-							if i := firstDiff(got, want); i >= 0 {
+							if i := sumorder.FirstDiff(got, want); i >= 0 {
 								t.Fatalf("arrival order %v: %v element %d = %v, %s sum is %v (values %v)", order, p, i, got[i], what, want[i], column(vals, i))
 							}
-							if firstDiff(got, rank) >= 0 {
+							if sumorder.FirstDiff(got, rank) >= 0 {
 								differ++
 							}
 						}
@@ -428,8 +392,8 @@ func TestRankOrderConcurrent(t *testing.T) {
 						got := make([]float32, p.elems)
 						transport.Float32s(got, f.Payload)
 						vals := wireValues(w, p)
-						want := sumInOrder(vals, identity(w))
-						if i := firstDiff(got, want); i >= 0 {
+						want := sumorder.InOrder(vals, identity(w))
+						if i := sumorder.FirstDiff(got, want); i >= 0 {
 							t.Fatalf("worker %d: %v element %d = %v, rank-order sum is %v (values %v)", rank, p, i, got[i], want[i], column(vals, i))
 						}
 					}
