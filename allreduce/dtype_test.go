@@ -61,33 +61,9 @@ func TestSixteenBitRing(t *testing.T) {
 						}
 					}
 				}
+				// Every piece at once, in piece order and priority.
 				run := func(in [][][]float32) [][][]float32 {
-					out := make([][][]float32, len(in))
-					done := make(chan error, size*len(in))
-					for k := range in {
-						out[k] = make([][]float32, size)
-						for r := range size {
-							out[k][r] = append([]float32(nil), in[k][r]...)
-						}
-					}
-					for r := range size {
-						go func() {
-							for k := range in {
-								tr.rings[r].Start(pieceOf(k, len(in[k][r])), uint64(k), d, out[k][r], func(err error) { done <- err })
-							}
-						}()
-					}
-					for range size * len(in) {
-						select {
-						case err := <-done:
-							if err != nil {
-								t.Fatal(err)
-							}
-						case <-time.After(10 * time.Second):
-							t.Fatal("pieces not done within 10s")
-						}
-					}
-					return out
+					return reduceAll(t, tr, d, in, func(int, int) time.Duration { return 0 }, func(_, k int) uint64 { return uint64(k) }, false)
 				}
 				got := run(vals)
 				for k := range sizes {

@@ -37,12 +37,12 @@ func ringSum(vals [][]float32) []float32 {
 	return out
 }
 
-// reduceAll starts every piece on every rank with vals[k][r] as rank r's
-// data for piece k, each rank in piece order from its own goroutine after
+// reduceAll starts every piece on every rank as type d with vals[k][r] as
+// rank r's data for piece k, each rank in piece order from its own goroutine after
 // sleeping delay(r, k), with priority prio(r, k); when oneAtATime, piece k
 // starts only once piece k-1 is done on every rank. It returns every
 // rank's result per piece.
-func reduceAll(t *testing.T, tr *ring, vals [][][]float32, delay func(r, k int) time.Duration, prio func(r, k int) uint64, oneAtATime bool) [][][]float32 {
+func reduceAll(t *testing.T, tr *ring, d dtype.DType, vals [][][]float32, delay func(r, k int) time.Duration, prio func(r, k int) uint64, oneAtATime bool) [][][]float32 {
 	t.Helper()
 	size := len(tr.rings)
 	data := make([][][]float32, len(vals))
@@ -67,7 +67,7 @@ func reduceAll(t *testing.T, tr *ring, vals [][][]float32, delay func(r, k int) 
 					<-gate[k-1]
 				}
 				time.Sleep(delay(r, k))
-				tr.rings[r].Start(pieceOf(k, len(vals[k][r])), prio(r, k), dtype.F32, data[k][r], func(err error) {
+				tr.rings[r].Start(pieceOf(k, len(vals[k][r])), prio(r, k), d, data[k][r], func(err error) {
 					mu.Lock()
 					if left[k]--; left[k] == 0 {
 						close(gate[k])
@@ -78,17 +78,7 @@ func reduceAll(t *testing.T, tr *ring, vals [][][]float32, delay func(r, k int) 
 			}
 		}()
 	}
-	deadline := time.After(30 * time.Second)
-	for range size * len(vals) {
-		select {
-		case x := <-res:
-			if x.err != nil {
-				t.Fatalf("rank %d piece %d: %v", x.rank, x.k, x.err)
-			}
-		case <-deadline:
-			t.Fatalf("ring of %d: not all of %d pieces done on every rank within 30 s", size, len(vals))
-		}
-	}
+	awaitPieces(t, res, size, len(vals), 30*time.Second)
 	return data
 }
 
@@ -137,7 +127,7 @@ func TestRingOrder(t *testing.T) {
 					func(r, k int) uint64 { return prios[r][k] }, false})
 			}
 			for _, round := range rounds {
-				got := reduceAll(t, tr, vals, round.delay, round.prio, round.oneAtATime)
+				got := reduceAll(t, tr, dtype.F32, vals, round.delay, round.prio, round.oneAtATime)
 				for k := range vals {
 					want := ringSum(vals[k])
 					for r := range size {

@@ -186,6 +186,23 @@ func checkExact(t *testing.T, rank, k int, got, want []float32) {
 	}
 }
 
+// awaitPieces waits up to timeout for the results of pieces pieces on
+// each of size ranks, failing the test on the first error.
+func awaitPieces(t *testing.T, res <-chan result, size, pieces int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.After(timeout)
+	for range size * pieces {
+		select {
+		case x := <-res:
+			if x.err != nil {
+				t.Fatalf("rank %d piece %d: %v", x.rank, x.k, x.err)
+			}
+		case <-deadline:
+			t.Fatalf("ring of %d: not all of %d pieces done on every rank within %v", size, pieces, timeout)
+		}
+	}
+}
+
 // allReduce starts the pieces of the given sizes on every rank (each rank
 // in order, from its own goroutine, sleeping delay() before each), waits
 // for all of them and checks exact sums on every rank.
@@ -218,17 +235,7 @@ func allReduce(t *testing.T, tr *ring, sizes []int, delay func(rank, k int) time
 			}
 		}()
 	}
-	deadline := time.After(timeout)
-	for range size * len(sizes) {
-		select {
-		case x := <-res:
-			if x.err != nil {
-				t.Fatalf("rank %d piece %d: %v", x.rank, x.k, x.err)
-			}
-		case <-deadline:
-			t.Fatalf("ring of %d: not all of %d pieces done on every rank within %v", size, len(sizes), timeout)
-		}
-	}
+	awaitPieces(t, res, size, len(sizes), timeout)
 	for k, n := range sizes {
 		want := wantSum(size, k, n)
 		for r := range size {
