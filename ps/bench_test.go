@@ -146,7 +146,6 @@ func BenchmarkServe(b *testing.B) {
 type benchRig struct {
 	srv   *Server
 	conns []*transport.Conn
-	all   []*transport.Conn
 	serve chan error
 	// bufs are the workers' receive buffers, kept across iterations so
 	// that allocations are the server's.
@@ -159,33 +158,9 @@ func newBenchRig(b *testing.B, workers int, arrival bool) *benchRig {
 		b.Fatal(err)
 	}
 	srv.arrivalOrder = arrival
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := transport.Listen("127.0.0.1:0", transport.Config{Token: "t", Role: "server", Logger: quiet})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer l.Close()
-	r := &benchRig{srv: srv, conns: make([]*transport.Conn, workers), serve: make(chan error, 1), bufs: make([][]byte, workers)}
-	server := make([]*transport.Conn, workers)
-	for rank := range workers {
-		c, err := transport.Dial(ctx, l.Addr().String(), transport.Config{Token: "t", Rank: rank, Role: "worker", Logger: quiet})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r.conns[rank] = c
-		sc, err := l.Accept(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		server[sc.PeerRank()] = sc
-	}
-	r.all = append(slices.Clone(r.conns), server...)
-	b.Cleanup(func() {
-		for _, c := range r.all {
-			c.Close()
-		}
-	})
+	r := &benchRig{srv: srv, serve: make(chan error, 1), bufs: make([][]byte, workers)}
+	var server []*transport.Conn
+	r.conns, server = connectWorkers(b, workers)
 	go func() { r.serve <- srv.Serve(context.Background(), server) }()
 	return r
 }

@@ -58,26 +58,8 @@ func newRigWith(t *testing.T, serveCtx context.Context, n int, mode Mode, setup 
 	if setup != nil {
 		setup(srv)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	l, err := transport.Listen("127.0.0.1:0", transport.Config{Token: "t", Role: "server", Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	r := &rig{t: t, mode: mode, srv: srv, workers: make([]*transport.Conn, n), server: make([]*transport.Conn, n), serve: make(chan error, 1)}
-	for rank := range n {
-		c, err := transport.Dial(ctx, l.Addr().String(), transport.Config{Token: "t", Rank: rank, Role: "worker", Logger: quiet})
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.workers[rank] = c
-		sc, err := l.Accept(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r.server[sc.PeerRank()] = sc
-	}
+	r := &rig{t: t, mode: mode, srv: srv, serve: make(chan error, 1)}
+	r.workers, r.server = connectWorkers(t, n)
 	for rank := range n {
 		fr, errc := make(chan transport.Frame, 1000), make(chan error, 1)
 		r.frames, r.recvErr = append(r.frames, fr), append(r.recvErr, errc)
@@ -93,12 +75,40 @@ func newRigWith(t *testing.T, serveCtx context.Context, n int, mode Mode, setup 
 		}()
 	}
 	go func() { r.serve <- srv.Serve(serveCtx, r.server) }()
-	t.Cleanup(func() {
-		for _, c := range append(r.workers, r.server...) {
+	return r
+}
+
+// connectWorkers connects n workers to a listener on loopback and returns
+// the workers' ends and the server's ends, both by rank; they are closed
+// at the end of the test.
+func connectWorkers(tb testing.TB, n int) (workers, server []*transport.Conn) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := transport.Listen("127.0.0.1:0", transport.Config{Token: "t", Role: "server", Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	workers, server = make([]*transport.Conn, n), make([]*transport.Conn, n)
+	for rank := range n {
+		c, err := transport.Dial(ctx, l.Addr().String(), transport.Config{Token: "t", Rank: rank, Role: "worker", Logger: quiet})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		workers[rank] = c
+		sc, err := l.Accept(ctx)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		server[sc.PeerRank()] = sc
+	}
+	tb.Cleanup(func() {
+		for _, c := range append(slices.Clone(workers), server...) {
 			c.Close()
 		}
 	})
-	return r
+	return workers, server
 }
 
 // piece is one piece as pushed: its header identity and its size.
@@ -167,8 +177,14 @@ func (r *rig) barrier(b piece) {
 			r.pull(rank, b)
 		}
 	}
+	r.answered(b)
+}
+
+// answered checks that every worker's next answer is the sum of p.
+func (r *rig) answered(p piece) {
+	r.t.Helper()
 	for rank := range r.workers {
-		checkAnswer(r.t, rank, len(r.workers), b, r.next(rank))
+		checkAnswer(r.t, rank, len(r.workers), p, r.next(rank))
 	}
 }
 
@@ -329,9 +345,7 @@ func TestAnswersAfterLastPush(t *testing.T) {
 		r.noAnswer(rank, "before worker 1 pushed")
 	}
 	r.push(1, p)
-	for rank := range n {
-		checkAnswer(t, rank, n, p, r.next(rank))
-	}
+	r.answered(p)
 	if err := r.bye(); err != nil {
 		t.Fatal(err)
 	}
@@ -384,9 +398,7 @@ func TestRepartitionedPiecesAreSeparate(t *testing.T) {
 	r.noAnswer(0, "before worker 1 pushed anything")
 	for _, p := range []piece{newIter, newEpoch, old} {
 		r.push(1, p)
-		for rank := range n {
-			checkAnswer(t, rank, n, p, r.next(rank))
-		}
+		r.answered(p)
 	}
 	if err := r.bye(); err != nil {
 		t.Fatal(err)
