@@ -508,14 +508,21 @@ func TestShaping(t *testing.T) {
 	}
 }
 
+// heartbeatPair connects a server that gives up on a peer silent for
+// peerTimeout with worker 7, which heartbeats every heartbeat when idle.
+func heartbeatPair(t *testing.T, ring int, peerTimeout, heartbeat time.Duration) (srv, cli *Conn) {
+	t.Helper()
+	sc := ringConfig("server", 0, ring)
+	sc.PeerTimeout = peerTimeout
+	cc := ringConfig("worker", 7, ring)
+	cc.HeartbeatInterval = heartbeat
+	return pair(t, sc, cc)
+}
+
 func TestPeerTimeout(t *testing.T) {
 	wires(t, func(t *testing.T, ring int) {
 		checkLeaks(t)
-		sc := ringConfig("server", 0, ring)
-		sc.PeerTimeout = 500 * time.Millisecond
-		cc := ringConfig("worker", 7, ring)
-		cc.HeartbeatInterval = time.Hour // never heartbeats
-		srv, _ := pair(t, sc, cc)
+		srv, _ := heartbeatPair(t, ring, 500*time.Millisecond, time.Hour) // the worker never heartbeats
 		start := time.Now()
 		_, err := srv.Recv()
 		el := time.Since(start)
@@ -535,11 +542,7 @@ func TestPeerTimeout(t *testing.T) {
 func TestHeartbeatsKeepIdlePeerAlive(t *testing.T) {
 	wires(t, func(t *testing.T, ring int) {
 		checkLeaks(t)
-		sc := ringConfig("server", 0, ring)
-		sc.PeerTimeout = 400 * time.Millisecond
-		cc := ringConfig("worker", 7, ring)
-		cc.HeartbeatInterval = 50 * time.Millisecond
-		srv, cli := pair(t, sc, cc)
+		srv, cli := heartbeatPair(t, ring, 400*time.Millisecond, 50*time.Millisecond)
 		go func() {
 			time.Sleep(1200 * time.Millisecond)
 			cli.Send(Frame{Header: Header{Kind: KindControl, Aux: 42}})
