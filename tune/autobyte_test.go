@@ -26,6 +26,22 @@ func dropJob(t testing.TB, name string) sim.Options {
 		BandwidthTrace: []sim.Step{{Iteration: 40, Value: 2.5e9 / 8}}}
 }
 
+// runAutoByte runs job o under a new AutoByte tuner with opts and returns
+// the run and the tuner.
+func runAutoByte(t *testing.T, o sim.Options, opts tune.AutoByteOptions) (*sim.Result, *tune.AutoByte) {
+	t.Helper()
+	a, err := tune.NewAutoByte(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Tuner = a
+	r, err := sim.Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, a
+}
+
 // TestAutoByteBandwidthDrop runs the tuner in the simulator through a
 // bandwidth drop: it must detect the change, re-tune within 30 iterations,
 // and beat the initial static configuration over the run.
@@ -37,15 +53,7 @@ func TestAutoByteBandwidthDrop(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a, err := tune.NewAutoByte(tune.AutoByteOptions{Seed: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			o.Tuner = a
-			r, err := sim.Run(o)
-			if err != nil {
-				t.Fatal(err)
-			}
+			r, a := runAutoByte(t, o, tune.AutoByteOptions{Seed: 1})
 			for _, e := range a.Events() {
 				t.Logf("%3d %-6s partition %9d credit %11d gain %6.3f measured %.4g (was %.4g) %s", e.Iteration, e.Kind,
 					e.Config.PartitionBytes, e.Config.CreditBytes, e.PredictedGain, e.MeasuredS, e.PreviousS, e.Detail)
@@ -81,15 +89,7 @@ func TestAutoByteDeterministic(t *testing.T) {
 	run := func() (*sim.Result, []tune.AutoByteEvent) {
 		o := dropJob(t, "resnet50")
 		o.Iterations = 70
-		a, err := tune.NewAutoByte(tune.AutoByteOptions{Seed: 7})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o.Tuner = a
-		r, err := sim.Run(o)
-		if err != nil {
-			t.Fatal(err)
-		}
+		r, a := runAutoByte(t, o, tune.AutoByteOptions{Seed: 7})
 		return r, a.Events()
 	}
 	r1, e1 := run()
@@ -427,17 +427,7 @@ func TestAutoByteFollowsSlowServer(t *testing.T) {
 		Sched:            sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority},
 		ServerLinkTraces: map[int][]sim.Step{1: {{Iteration: 40, Value: 1.25e9 / 8}, {Iteration: 80, Value: 10e9 / 8}}}}
 	runWith := func(fixed bool) (*sim.Result, *tune.AutoByte) {
-		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed})
-		if err != nil {
-			t.Fatal(err)
-		}
-		o := base
-		o.Tuner = a
-		r, err := sim.Run(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r, a
+		return runAutoByte(t, base, tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed})
 	}
 	r, a := runWith(false)
 	weightsAt := func(k int) []float64 {
