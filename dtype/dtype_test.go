@@ -269,29 +269,28 @@ func BenchmarkEncode(b *testing.B) {
 }
 
 func BenchmarkAddRound(b *testing.B) {
-	acc := make([]float32, 1<<18)
-	src := make([]byte, 4*len(acc))
-	for _, d := range []DType{F32, BF16, F16} {
-		b.Run(d.String(), func(b *testing.B) {
-			b.SetBytes(int64(4 * len(acc)))
-			for b.Loop() {
-				for i := range acc {
-					acc[i] = 0
-				}
-				d.AddRound(acc, src[:d.Size()*len(acc)], 0)
-			}
-		})
-	}
+	benchAccumulate(b, func(d DType, acc []float32, src []byte) {
+		for i := range acc {
+			acc[i] = 0
+		}
+		d.AddRound(acc, src, 0)
+	})
 }
 
 func BenchmarkAdd(b *testing.B) {
+	benchAccumulate(b, func(d DType, acc []float32, src []byte) { d.Add(acc, src, 0) })
+}
+
+// benchAccumulate runs add once per iteration for each type, into 1<<18
+// float32s from as many encoded elements.
+func benchAccumulate(b *testing.B, add func(d DType, acc []float32, src []byte)) {
 	acc := make([]float32, 1<<18)
 	src := make([]byte, 4*len(acc))
 	for _, d := range []DType{F32, BF16, F16} {
 		b.Run(d.String(), func(b *testing.B) {
 			b.SetBytes(int64(4 * len(acc)))
 			for b.Loop() {
-				d.Add(acc, src[:d.Size()*len(acc)], 0)
+				add(d, acc, src[:d.Size()*len(acc)])
 			}
 		})
 	}
