@@ -84,11 +84,7 @@ func TestParseSteps(t *testing.T) {
 
 func TestDynamicsValidation(t *testing.T) {
 	nan := math.NaN()
-	cases := []struct {
-		name   string
-		mutate func(*Options)
-		want   []string
-	}{
+	cases := []invalidCase{
 		{"bandwidth step negative iteration", func(o *Options) { o.BandwidthTrace = []Step{{-1, 1e6}} }, []string{"bandwidth trace step 0", "iteration -1"}},
 		{"bandwidth steps unsorted", func(o *Options) { o.BandwidthTrace = []Step{{0, 1e6}, {5, 1e6}, {5, 2e6}} }, []string{"bandwidth trace step 2", "iteration 5", "step 1"}},
 		{"bandwidth step zero", func(o *Options) { o.BandwidthTrace = []Step{{0, 1e6}, {3, 0}} }, []string{"bandwidth trace step 1", "iteration 3", "got 0"}},
@@ -107,21 +103,7 @@ func TestDynamicsValidation(t *testing.T) {
 		{"straggler trace unsorted", func(o *Options) { o.StragglerTraces = map[int][]Step{0: {{4, 2}, {2, 1}}} }, []string{"straggler trace of rank 0 step 1", "iteration 2"}},
 		{"straggler trace NaN", func(o *Options) { o.StragglerTraces = map[int][]Step{0: {{1, nan}}} }, []string{"straggler trace of rank 0 step 0", "NaN"}},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			o := job(profile(t, "toy3"), PS, 2, 1, 1e6)
-			c.mutate(&o)
-			r, err := runNoPanic(o)
-			if err == nil {
-				t.Fatalf("Run accepted %s: %+v", c.name, r)
-			}
-			for _, w := range c.want {
-				if !strings.Contains(err.Error(), w) {
-					t.Errorf("error %q does not mention %q", err, w)
-				}
-			}
-		})
-	}
+	checkRefused(t, cases)
 }
 
 // TestNeutralDynamicsChangeNothing checks that traces and stragglers that

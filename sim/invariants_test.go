@@ -394,11 +394,7 @@ func TestSingleWorkerAllReduce(t *testing.T) {
 // error naming the offending value, and that Run never panics on it.
 func TestInvalidOptions(t *testing.T) {
 	nan, inf := math.NaN(), math.Inf(1)
-	cases := []struct {
-		name   string
-		mutate func(*Options)
-		want   []string // substrings of the error
-	}{
+	cases := []invalidCase{
 		{"nil profile", func(o *Options) { o.Profile = nil }, []string{"profile"}},
 		{"invalid profile", func(o *Options) { o.Profile.Layers[1].Tensors = nil }, []string{"layer 1", "layer1", "tensor"}},
 		{"workers 0", func(o *Options) { o.Workers = 0 }, []string{"workers", "got 0"}},
@@ -425,6 +421,21 @@ func TestInvalidOptions(t *testing.T) {
 		{"unknown order", func(o *Options) { o.Sched.Order = 9 }, []string{"order", "9"}},
 		{"unknown admission", func(o *Options) { o.Sched.Admission = 4 }, []string{"admission", "4"}},
 	}
+	checkRefused(t, cases)
+}
+
+// invalidCase is a change that makes a valid job invalid, and what Run's
+// error must then mention.
+type invalidCase struct {
+	name   string
+	mutate func(*Options)
+	want   []string // substrings of the error
+}
+
+// checkRefused checks, case by case, that Run refuses toy3 on parameter
+// servers so changed, with no result and an error that mentions every
+// want.
+func checkRefused(t *testing.T, cases []invalidCase) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			o := job(profile(t, "toy3"), PS, 2, 1, 1e6)
