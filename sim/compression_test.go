@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/autobyte/autobyte/dtype"
-	"github.com/autobyte/autobyte/model"
 	schedpkg "github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 )
@@ -14,10 +13,7 @@ import (
 // ring, and a communication-bound job gets faster; a 2-byte profile is not
 // compressed again.
 func TestCompressionHalvesBytes(t *testing.T) {
-	p, err := model.Get("resnet50")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := profile(t, "resnet50")
 	cfg := func(arch Arch) schedpkg.Config {
 		if arch == PS {
 			return schedpkg.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: schedpkg.OrderPriority}
@@ -75,24 +71,14 @@ func TestCompressionHalvesBytes(t *testing.T) {
 // the compression in force, pinned on or off, while it tunes partition
 // and credit.
 func TestTunerChoosesCompression(t *testing.T) {
-	p, err := model.Get("resnet50")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := profile(t, "resnet50")
 	base := schedpkg.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: schedpkg.OrderPriority}
 	tuned := func(bw float64, initial, compress dtype.DType) *Result {
 		t.Helper()
-		tn, err := tune.NewAutoByte(tune.AutoByteOptions{Base: schedpkg.Config{Order: schedpkg.OrderPriority}, Compress: compress, Seed: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg := base
 		cfg.Compression = initial
-		r, err := Run(Options{Profile: p, Arch: PS, Workers: 8, Servers: 4, BandwidthBps: bw, Iterations: 120, Sched: cfg, Tuner: tn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return runAutoByte(t, Options{Profile: p, Arch: PS, Workers: 8, Servers: 4, BandwidthBps: bw, Iterations: 120, Sched: cfg},
+			tune.AutoByteOptions{Base: schedpkg.Config{Order: schedpkg.OrderPriority}, Compress: compress, Seed: 1})
 	}
 	last := func(r *Result) dtype.DType { return r.Configs[len(r.Configs)-1].Config.Compression }
 	ever := func(r *Result, d dtype.DType) bool {

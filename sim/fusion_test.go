@@ -3,10 +3,24 @@ package sim
 import (
 	"testing"
 
-	"github.com/autobyte/autobyte/model"
 	schedpkg "github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/tune"
 )
+
+// runAutoByte runs job o under a new AutoByte tuner with opts.
+func runAutoByte(t *testing.T, o Options, opts tune.AutoByteOptions) *Result {
+	t.Helper()
+	tn, err := tune.NewAutoByte(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Tuner = tn
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
 
 // TestTunerChoosesFusion: the autobyte tuner allowed to fuse (--fusion
 // auto) turns fusion on where messages are costly (ResNet-50's 161
@@ -15,26 +29,16 @@ import (
 // finds it no faster and ends without; not allowed, it never changes the
 // fusion in force, pinned on or off, while it tunes partition and credit.
 func TestTunerChoosesFusion(t *testing.T) {
-	p, err := model.Get("resnet50")
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := profile(t, "resnet50")
 	const fuse = 1 << 20
 	base := schedpkg.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: schedpkg.OrderPriority}
 	tuned := func(messageCost float64, initial, allowed int64) *Result {
 		t.Helper()
-		tn, err := tune.NewAutoByte(tune.AutoByteOptions{Base: schedpkg.Config{Order: schedpkg.OrderPriority}, Fuse: allowed, Seed: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg := base
 		cfg.FusionBytes = initial
-		r, err := Run(Options{Profile: p, Arch: PS, Workers: 8, Servers: 4, BandwidthBps: 1.25e9, MessageCostS: messageCost,
-			Iterations: 120, Sched: cfg, Tuner: tn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r
+		return runAutoByte(t, Options{Profile: p, Arch: PS, Workers: 8, Servers: 4, BandwidthBps: 1.25e9, MessageCostS: messageCost,
+			Iterations: 120, Sched: cfg},
+			tune.AutoByteOptions{Base: schedpkg.Config{Order: schedpkg.OrderPriority}, Fuse: allowed, Seed: 1})
 	}
 	last := func(r *Result) int64 { return r.Configs[len(r.Configs)-1].Config.FusionBytes }
 	ever := func(r *Result, f int64) bool {
