@@ -63,15 +63,8 @@ func TestEgressHonoursPriority(t *testing.T) {
 		{sched.Config{}, []int32{2, 1, 0}},
 	} {
 		o := Options{Profile: p, Arch: PS, Workers: 1, Servers: 1, BandwidthBps: 1e6, Sched: c.cfg, Iterations: 1}
-		s, err := newSimulation(o)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var got []int32
-		s.pushed = func(_ int32, k pieceKey, _ int64) { got = append(got, k.tensor) }
-		if _, err := s.run(); err != nil {
-			t.Fatal(err)
-		}
+		runPushes(t, o, func(_ *simulation, k pieceKey) { got = append(got, k.tensor) })
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%v: pushes arrived in tensor order %v, want %v", c.cfg.Order, got, c.want)
 		}

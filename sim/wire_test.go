@@ -12,16 +12,23 @@ import (
 // no latency and returns when the pushes arrived at the server, in order.
 func pushArrivals(t *testing.T, o Options) []float64 {
 	t.Helper()
+	var arrivals []float64
+	runPushes(t, o, func(s *simulation, _ pieceKey) { arrivals = append(arrivals, s.now) })
+	return arrivals
+}
+
+// runPushes runs job o, calling pushed at every push that reaches a
+// server.
+func runPushes(t *testing.T, o Options, pushed func(s *simulation, k pieceKey)) {
+	t.Helper()
 	s, err := newSimulation(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var arrivals []float64
-	s.pushed = func(_ int32, _ pieceKey, _ int64) { arrivals = append(arrivals, s.now) }
+	s.pushed = func(_ int32, k pieceKey, _ int64) { pushed(s, k) }
 	if _, err := s.run(); err != nil {
 		t.Fatal(err)
 	}
-	return arrivals
 }
 
 func oneTensorJob(workers int, wire Wire) Options {
