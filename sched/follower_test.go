@@ -21,45 +21,13 @@ func piece(iter, tensor, index, count int, bytes int64) Piece {
 	return Piece{PieceID: pid(iter, tensor, index), Count: count, Bytes: bytes}
 }
 
-// followerPost posts every task, failing the test on the first error.
-func followerPost(t *testing.T, f *Follower, tasks ...Task) {
-	t.Helper()
-	for _, task := range tasks {
-		if err := f.Post(task); err != nil {
-			t.Fatalf("Post(%+v): %v", task, err)
-		}
-	}
-}
-
-// followerStartAll calls Next until it declines and returns the pieces
-// started.
-func followerStartAll(f *Follower) []Piece {
-	var out []Piece
-	for {
-		p, ok := f.Next()
-		if !ok {
-			return out
-		}
-		out = append(out, p)
-	}
-}
-
-func followerDone(t *testing.T, f *Follower, id PieceID) bool {
-	t.Helper()
-	taskDone, err := f.Done(id)
-	if err != nil {
-		t.Fatalf("Done(%+v): %v", id, err)
-	}
-	return taskDone
-}
-
 // TestFollowerAnnounceOrder: pieces start in the leader's order, not in
 // post order nor priority order, which is what keeps all workers on one
 // global sequence.
 func TestFollowerAnnounceOrder(t *testing.T) {
 	f := newFollower(t, Config{Order: OrderPriority})
 	// Posted in production order (last layer first) ...
-	followerPost(t, f,
+	post(t, f,
 		Task{Iteration: 0, Tensor: 2, Layer: 2, Bytes: 4},
 		Task{Iteration: 0, Tensor: 1, Layer: 1, Bytes: 4},
 		Task{Iteration: 0, Tensor: 0, Layer: 0, Bytes: 8})
@@ -67,7 +35,7 @@ func TestFollowerAnnounceOrder(t *testing.T) {
 	for _, p := range []Piece{piece(0, 1, 0, 1, 4), piece(0, 0, 1, 2, 4), piece(0, 2, 0, 1, 4), piece(0, 0, 0, 2, 4)} {
 		f.Announce(p)
 	}
-	wantIDs(t, "announced", followerStartAll(f), pid(0, 1, 0), pid(0, 0, 1), pid(0, 2, 0), pid(0, 0, 0))
+	wantIDs(t, "announced", startAll(f), pid(0, 1, 0), pid(0, 0, 1), pid(0, 2, 0), pid(0, 0, 0))
 }
 
 // TestFollowerHeadOfLine: the follower never starts a piece of a task not
@@ -77,49 +45,49 @@ func TestFollowerHeadOfLine(t *testing.T) {
 	f := newFollower(t, Config{})
 	f.Announce(piece(0, 5, 0, 1, 4))
 	f.Announce(piece(0, 3, 0, 1, 4))
-	if got := followerStartAll(f); len(got) != 0 {
+	if got := startAll(f); len(got) != 0 {
 		t.Fatalf("started %v before any task was posted", ids(got))
 	}
-	followerPost(t, f, Task{Iteration: 0, Tensor: 3, Bytes: 4})
-	if got := followerStartAll(f); len(got) != 0 {
+	post(t, f, Task{Iteration: 0, Tensor: 3, Bytes: 4})
+	if got := startAll(f); len(got) != 0 {
 		t.Fatalf("started %v past the unposted head (tensor 5)", ids(got))
 	}
-	followerPost(t, f, Task{Iteration: 0, Tensor: 5, Bytes: 4})
-	wantIDs(t, "after the head was posted", followerStartAll(f), pid(0, 5, 0), pid(0, 3, 0))
+	post(t, f, Task{Iteration: 0, Tensor: 5, Bytes: 4})
+	wantIDs(t, "after the head was posted", startAll(f), pid(0, 5, 0), pid(0, 3, 0))
 	// A piece announced later still starts once its task is posted.
 	f.Announce(piece(0, 7, 0, 1, 4))
-	followerPost(t, f, Task{Iteration: 0, Tensor: 7, Bytes: 4})
-	wantIDs(t, "late announce", followerStartAll(f), pid(0, 7, 0))
+	post(t, f, Task{Iteration: 0, Tensor: 7, Bytes: 4})
+	wantIDs(t, "late announce", startAll(f), pid(0, 7, 0))
 }
 
 // TestFollowerAdmitPositive: pieces start while credit remains (> 0), so
 // the window overshoots by less than one piece and an oversize piece runs.
 func TestFollowerAdmitPositive(t *testing.T) {
 	f := newFollower(t, Config{CreditBytes: 10})
-	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 24}, Task{Iteration: 0, Tensor: 1, Bytes: 40})
+	post(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 24}, Task{Iteration: 0, Tensor: 1, Bytes: 40})
 	for i := range 4 {
 		f.Announce(piece(0, 0, i, 4, 6))
 	}
 	f.Announce(piece(0, 1, 0, 1, 40))
 	// Credit 10: 6 leaves 4 > 0, 6 more leaves -2.
-	wantIDs(t, "first window", followerStartAll(f), pid(0, 0, 0), pid(0, 0, 1))
+	wantIDs(t, "first window", startAll(f), pid(0, 0, 0), pid(0, 0, 1))
 	if got := f.InFlightBytes(); got != 12 {
 		t.Errorf("InFlightBytes = %d, want 12", got)
 	}
-	followerDone(t, f, pid(0, 0, 0))
-	wantIDs(t, "after one done", followerStartAll(f), pid(0, 0, 2))
-	followerDone(t, f, pid(0, 0, 1))
-	followerDone(t, f, pid(0, 0, 2))
+	done(t, f, pid(0, 0, 0))
+	wantIDs(t, "after one done", startAll(f), pid(0, 0, 2))
+	done(t, f, pid(0, 0, 1))
+	done(t, f, pid(0, 0, 2))
 	// Available 4: the last 6-byte piece and then the 40-byte one start.
-	wantIDs(t, "drained", followerStartAll(f), pid(0, 0, 3), pid(0, 1, 0))
+	wantIDs(t, "drained", startAll(f), pid(0, 0, 3), pid(0, 1, 0))
 
 	// Credit used up exactly (0 left) admits nothing more.
 	f = newFollower(t, Config{CreditBytes: 12})
-	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 18})
+	post(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 18})
 	for i := range 3 {
 		f.Announce(piece(0, 0, i, 3, 6))
 	}
-	wantIDs(t, "exact window", followerStartAll(f), pid(0, 0, 0), pid(0, 0, 1))
+	wantIDs(t, "exact window", startAll(f), pid(0, 0, 0), pid(0, 0, 1))
 }
 
 // TestFollowerAdmitStrict: a piece waits until it fits while others are in
@@ -127,7 +95,7 @@ func TestFollowerAdmitPositive(t *testing.T) {
 // piece behind it never overtakes it (unlike the leader's strict rule).
 func TestFollowerAdmitStrict(t *testing.T) {
 	f := newFollower(t, Config{CreditBytes: 10, Admission: AdmitStrict})
-	followerPost(t, f,
+	post(t, f,
 		Task{Iteration: 0, Tensor: 0, Bytes: 12},
 		Task{Iteration: 0, Tensor: 1, Bytes: 2},
 		Task{Iteration: 0, Tensor: 2, Bytes: 15},
@@ -138,29 +106,29 @@ func TestFollowerAdmitStrict(t *testing.T) {
 	f.Announce(piece(0, 2, 0, 1, 15))
 	f.Announce(piece(0, 3, 0, 1, 1))
 	// 6 fits; the next 6 does not (4 left) and the 2 behind it must wait.
-	wantIDs(t, "first window", followerStartAll(f), pid(0, 0, 0))
-	followerDone(t, f, pid(0, 0, 0))
+	wantIDs(t, "first window", startAll(f), pid(0, 0, 0))
+	done(t, f, pid(0, 0, 0))
 	// 6 then 2 fit exactly; the 15-byte piece waits for an empty window.
-	wantIDs(t, "second window", followerStartAll(f), pid(0, 0, 1), pid(0, 1, 0))
-	followerDone(t, f, pid(0, 0, 1))
-	if got := followerStartAll(f); len(got) != 0 {
+	wantIDs(t, "second window", startAll(f), pid(0, 0, 1), pid(0, 1, 0))
+	done(t, f, pid(0, 0, 1))
+	if got := startAll(f); len(got) != 0 {
 		t.Fatalf("started %v with the oversize head and 2 bytes in flight", ids(got))
 	}
-	followerDone(t, f, pid(0, 1, 0))
+	done(t, f, pid(0, 1, 0))
 	// Alone, the oversize piece starts; the 1-byte piece must wait for it.
-	wantIDs(t, "oversize alone", followerStartAll(f), pid(0, 2, 0))
-	followerDone(t, f, pid(0, 2, 0))
-	wantIDs(t, "last", followerStartAll(f), pid(0, 3, 0))
+	wantIDs(t, "oversize alone", startAll(f), pid(0, 2, 0))
+	done(t, f, pid(0, 2, 0))
+	wantIDs(t, "last", startAll(f), pid(0, 3, 0))
 }
 
 // TestFollowerNoWindow: credit 0 means every announced, posted piece starts.
 func TestFollowerNoWindow(t *testing.T) {
 	f := newFollower(t, Config{Admission: AdmitStrict})
-	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 1 << 40})
+	post(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 1 << 40})
 	for i := range 3 {
 		f.Announce(piece(0, 0, i, 3, 1<<40/3))
 	}
-	if got := followerStartAll(f); len(got) != 3 {
+	if got := startAll(f); len(got) != 3 {
 		t.Fatalf("started %v, want all 3 pieces", ids(got))
 	}
 }
@@ -169,17 +137,17 @@ func TestFollowerNoWindow(t *testing.T) {
 // last of its Count pieces finishes, in whatever order they finish.
 func TestFollowerTaskDone(t *testing.T) {
 	f := newFollower(t, Config{})
-	followerPost(t, f, Task{Iteration: 1, Tensor: 4, Bytes: 12}, Task{Iteration: 1, Tensor: 5, Bytes: 4})
+	post(t, f, Task{Iteration: 1, Tensor: 4, Bytes: 12}, Task{Iteration: 1, Tensor: 5, Bytes: 4})
 	for i := range 3 {
 		f.Announce(piece(1, 4, i, 3, 4))
 	}
 	f.Announce(piece(1, 5, 0, 1, 4))
-	followerStartAll(f)
+	startAll(f)
 	for _, c := range []struct {
 		id   PieceID
 		want bool
 	}{{pid(1, 4, 2), false}, {pid(1, 5, 0), true}, {pid(1, 4, 0), false}, {pid(1, 4, 1), true}} {
-		if got := followerDone(t, f, c.id); got != c.want {
+		if got := done(t, f, c.id); got != c.want {
 			t.Errorf("Done(%+v) taskDone = %v, want %v", c.id, got, c.want)
 		}
 	}
@@ -192,15 +160,15 @@ func TestFollowerTaskDone(t *testing.T) {
 // before its last starts is done only after the last.
 func TestFollowerTaskDoneBeforeAllStarted(t *testing.T) {
 	f := newFollower(t, Config{CreditBytes: 4, Admission: AdmitStrict})
-	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 8})
+	post(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 8})
 	f.Announce(piece(0, 0, 0, 2, 4))
 	f.Announce(piece(0, 0, 1, 2, 4))
-	wantIDs(t, "window of one piece", followerStartAll(f), pid(0, 0, 0))
-	if followerDone(t, f, pid(0, 0, 0)) {
+	wantIDs(t, "window of one piece", startAll(f), pid(0, 0, 0))
+	if done(t, f, pid(0, 0, 0)) {
 		t.Fatal("taskDone after the first of two pieces")
 	}
-	wantIDs(t, "second piece", followerStartAll(f), pid(0, 0, 1))
-	if !followerDone(t, f, pid(0, 0, 1)) {
+	wantIDs(t, "second piece", startAll(f), pid(0, 0, 1))
+	if !done(t, f, pid(0, 0, 1)) {
 		t.Fatal("taskDone = false after the last piece")
 	}
 }
@@ -213,7 +181,7 @@ func TestFollowerErrors(t *testing.T) {
 	wantErr(t, f.Post(Task{Iteration: 0, Tensor: 1, Bytes: 0}), "tensor 1", "got 0")
 	wantErr(t, f.Post(Task{Iteration: 0, Tensor: 1, Bytes: -4}), "tensor 1", "got -4")
 
-	followerPost(t, f, Task{Iteration: 2, Tensor: 1, Bytes: 8})
+	post(t, f, Task{Iteration: 2, Tensor: 1, Bytes: 8})
 	wantErr(t, f.Post(Task{Iteration: 2, Tensor: 1, Bytes: 8}), "tensor 1 iteration 2 posted twice")
 	wantErr(t, f.Post(Task{Iteration: 1, Tensor: 9, Bytes: 8}), "iteration 1 after iteration 2")
 
@@ -225,7 +193,7 @@ func TestFollowerErrors(t *testing.T) {
 		_, err := f.Done(id)
 		wantErr(t, err, "not in flight", fmt.Sprintf("piece %d of tensor %d iteration %d", id.Index, id.Tensor, id.Iteration))
 	}
-	followerDone(t, f, p.PieceID)
+	done(t, f, p.PieceID)
 	_, err = f.Done(p.PieceID)
 	wantErr(t, err, "not in flight")
 	// Still posted (one piece left): a duplicate is refused mid-task too.
@@ -239,10 +207,10 @@ func TestFollowerErrors(t *testing.T) {
 func TestFollowerPostSameTaskAfterItFinished(t *testing.T) {
 	f := newFollower(t, Config{})
 	task := Task{Iteration: 2, Tensor: 6, Bytes: 8}
-	followerPost(t, f, task)
+	post(t, f, task)
 	f.Announce(piece(2, 6, 0, 1, 8))
 	p, _ := f.Next()
-	if !followerDone(t, f, p.PieceID) {
+	if !done(t, f, p.PieceID) {
 		t.Fatal("taskDone = false for a single-piece task")
 	}
 	wantErr(t, f.Post(task), "tensor 6 iteration 2 posted twice")
@@ -255,14 +223,14 @@ func TestFollowerReconfigure(t *testing.T) {
 	if err := f.Reconfigure(Config{CreditBytes: 12, Admission: AdmitStrict}, 1); err != nil {
 		t.Fatal(err)
 	}
-	followerPost(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 16})
+	post(t, f, Task{Iteration: 0, Tensor: 0, Bytes: 16})
 	for i := range 4 {
 		f.Announce(piece(0, 0, i, 4, 4))
 	}
-	wantIDs(t, "old window", followerStartAll(f), pid(0, 0, 0))
+	wantIDs(t, "old window", startAll(f), pid(0, 0, 0))
 	// Posting iteration 1 applies credit 12, of which 4 are in flight.
-	followerPost(t, f, Task{Iteration: 1, Tensor: 0, Bytes: 4})
-	wantIDs(t, "new window", followerStartAll(f), pid(0, 0, 1), pid(0, 0, 2))
+	post(t, f, Task{Iteration: 1, Tensor: 0, Bytes: 4})
+	wantIDs(t, "new window", startAll(f), pid(0, 0, 1), pid(0, 0, 2))
 
 	wantErr(t, f.Reconfigure(Config{}, 1), "iteration 1 comes too late", "iteration 1 already posted")
 	wantErr(t, f.Reconfigure(Config{}, 0), "iteration 0 comes too late")

@@ -26,7 +26,7 @@ func newSched(t *testing.T, cfg Config) *Scheduler {
 }
 
 // post posts every task, failing the test on the first error.
-func post(t *testing.T, s *Scheduler, tasks ...Task) {
+func post(t *testing.T, s core, tasks ...Task) {
 	t.Helper()
 	for _, task := range tasks {
 		if err := s.Post(task); err != nil {
@@ -36,7 +36,7 @@ func post(t *testing.T, s *Scheduler, tasks ...Task) {
 }
 
 // startAll calls Next until it declines and returns the pieces started.
-func startAll(s *Scheduler) []Piece {
+func startAll(s core) []Piece {
 	var out []Piece
 	for {
 		p, ok := s.Next()
@@ -48,7 +48,7 @@ func startAll(s *Scheduler) []Piece {
 }
 
 // done reports piece id finished, failing the test on error.
-func done(t *testing.T, s *Scheduler, id PieceID) bool {
+func done(t *testing.T, s core, id PieceID) bool {
 	t.Helper()
 	taskDone, err := s.Done(id)
 	if err != nil {
@@ -414,7 +414,7 @@ func TestAdmitStrictNeverExceedsCredit(t *testing.T) {
 			}
 		}
 		if len(inflight) == 0 {
-			t.Fatalf("%d pieces queued, none in flight and none started", s.Queued())
+			t.Fatalf("%d pieces cored, none in flight and none started", s.Queued())
 		}
 		// Finish the oldest in-flight piece.
 		done(t, s, inflight[0].PieceID)
