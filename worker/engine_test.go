@@ -161,15 +161,12 @@ func TestPSExactSums(t *testing.T) {
 			}
 			tn := newNet(t, c.workers, c.servers, mode)
 			run := newSumRun(c.workers, 3, testTensors)
-			var cfgs []Config
-			for r := range c.workers {
-				cfg := tn.config(r, testTensors)
+			cfgs := tn.configs(testTensors, func(r int, cfg *Config) {
 				cfg.PullMode = c.pull
 				cfg.ShardBytes = c.shards
 				cfg.Sched = sched.Config{PartitionBytes: c.partition, CreditBytes: c.credit, Order: sched.OrderPriority, FusionBytes: c.fusion}
 				cfg.OnDone = run.onDone(r)
-				cfgs = append(cfgs, cfg)
-			}
+			})
 			es := start(t, tn, cfgs)
 			checkFused(t, es[0], c.fusion)
 			run.run(t, es)
@@ -188,9 +185,7 @@ func TestAllReduceExactSums(t *testing.T) {
 				tn := newNet(t, n, 0, ps.AnswerPush)
 				ring := newFakeRing(n)
 				run := newSumRun(n, 3, testTensors)
-				var cfgs []Config
-				for r := range n {
-					cfg := tn.config(r, testTensors)
+				cfgs := tn.configs(testTensors, func(r int, cfg *Config) {
 					cfg.Arch = AllReduce
 					if n > 1 {
 						cfg.Ring = ring.member(r)
@@ -198,8 +193,7 @@ func TestAllReduceExactSums(t *testing.T) {
 					cfg.Sched = sched.Config{PartitionBytes: part, CreditBytes: 2 * part, Order: sched.OrderPriority}
 					cfg.Sched.FusionBytes = c.fusion
 					cfg.OnDone = run.onDone(r)
-					cfgs = append(cfgs, cfg)
-				}
+				})
 				es := start(t, tn, cfgs)
 				checkFused(t, es[0], c.fusion)
 				run.run(t, es)
@@ -247,12 +241,7 @@ func TestRingFailureFailsEngine(t *testing.T) {
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.fail = errors.New("ring: lost rank 1")
-	var cfgs []Config
-	for r := range 2 {
-		cfg := tn.config(r, testTensors)
-		cfg.Arch, cfg.Ring = AllReduce, ring.member(r)
-		cfgs = append(cfgs, cfg)
-	}
+	cfgs := tn.configs(testTensors, func(r int, cfg *Config) { cfg.Arch, cfg.Ring = AllReduce, ring.member(r) })
 	es := start(t, tn, cfgs)
 	if err := es[0].Post(2, 0, grad(0, 0, 2, 100)); err != nil {
 		t.Fatal(err)
@@ -274,13 +263,10 @@ func TestGateWaitsForEveryTensorOfLayer(t *testing.T) {
 	const n = 2
 	tn := newNet(t, n, 1, ps.AnswerPush)
 	run := newSumRun(n, 1, tensors)
-	var cfgs []Config
-	for r := range n {
-		cfg := tn.config(r, tensors)
+	cfgs := tn.configs(tensors, func(r int, cfg *Config) {
 		cfg.Sched.Order = sched.OrderPriority // per-layer gates (fifo has a global barrier)
 		cfg.OnDone = run.onDone(r)
-		cfgs = append(cfgs, cfg)
-	}
+	})
 	es := start(t, tn, cfgs)
 	post := func(k int) {
 		t.Helper()
@@ -357,13 +343,10 @@ func orderRun(t *testing.T, order sched.Order) [][]sched.PieceID {
 	const n = 2
 	tn := newNet(t, n, 1, ps.AnswerPush)
 	logs := []*orderLog{{}, {}}
-	var cfgs []Config
-	for r := range n {
-		cfg := tn.config(r, tensors)
+	cfgs := tn.configs(tensors, func(r int, cfg *Config) {
 		cfg.Sched = sched.Config{PartitionBytes: 16, CreditBytes: 1, Order: order}
 		cfg.Observer = logs[r]
-		cfgs = append(cfgs, cfg)
-	}
+	})
 	es := start(t, tn, cfgs)
 	for r, e := range es {
 		for k := 2; k >= 0; k-- {
@@ -601,14 +584,11 @@ func TestStopReturns(t *testing.T) {
 func TestOrderlyEndOfServers(t *testing.T) {
 	tn := newNet(t, 2, 2, ps.SeparatePull)
 	run := newSumRun(2, 2, testTensors)
-	var cfgs []Config
-	for r := range 2 {
-		cfg := tn.config(r, testTensors)
+	cfgs := tn.configs(testTensors, func(r int, cfg *Config) {
 		cfg.PullMode, cfg.ShardBytes = true, 40
 		cfg.Sched = sched.Config{PartitionBytes: 64, CreditBytes: 256, Order: sched.OrderPriority, Admission: sched.AdmitStrict}
 		cfg.OnDone = run.onDone(r)
-		cfgs = append(cfgs, cfg)
-	}
+	})
 	run.run(t, start(t, tn, cfgs))
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()

@@ -118,6 +118,17 @@ func (tn *testNet) config(rank int, tensors []Tensor) Config {
 	return c
 }
 
+// configs is every rank's config on tn for tensors, each then changed by
+// set.
+func (tn *testNet) configs(tensors []Tensor, set func(rank int, cfg *Config)) []Config {
+	cfgs := make([]Config, tn.n)
+	for r := range cfgs {
+		cfgs[r] = tn.config(r, tensors)
+		set(r, &cfgs[r])
+	}
+	return cfgs
+}
+
 // start creates and starts an engine per configuration. At the end of the
 // test every connection is closed first (an engine's readers only return
 // when their connections do) and then every engine stopped.

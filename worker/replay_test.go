@@ -72,13 +72,10 @@ func TestReplay(t *testing.T) {
 				t.Fatal(err)
 			}
 			obs := []*orderLog{{}, {}}
-			var cfgs []Config
-			for r := range 2 {
-				cfg := tn.config(r, tensors)
+			cfgs := tn.configs(tensors, func(r int, cfg *Config) {
 				cfg.Sched = sched.Config{PartitionBytes: 1024, CreditBytes: 2048, Order: sched.OrderPriority}
 				cfg.Observer = obs[r]
-				cfgs = append(cfgs, cfg)
-			}
+			})
 			res, errs, ks := replayAll(t, tn, start(t, tn, cfgs), p, k, c.verify)
 			for r := range 2 {
 				if errs[r] != nil {
@@ -130,12 +127,7 @@ func TestReplayDetectsWrongSums(t *testing.T) {
 	tn := newNet(t, 2, 0, ps.AnswerPush)
 	ring := newFakeRing(2)
 	ring.corrupt = 1
-	var cfgs []Config
-	for r := range 2 {
-		cfg := tn.config(r, tensors)
-		cfg.Arch, cfg.Ring = AllReduce, ring.member(r)
-		cfgs = append(cfgs, cfg)
-	}
+	cfgs := tn.configs(tensors, func(r int, cfg *Config) { cfg.Arch, cfg.Ring = AllReduce, ring.member(r) })
 	_, errs, _ := replayAll(t, tn, start(t, tn, cfgs), p, 2, VerifySample)
 	// The first rank to see the wrong sum closes the connections, so the
 	// other may fail for that reason instead.
@@ -166,12 +158,7 @@ func TestReplayWaitsForEachLayer(t *testing.T) {
 		}
 		return 0
 	}
-	var cfgs []Config
-	for r := range 2 {
-		cfg := tn.config(r, tensors)
-		cfg.Arch, cfg.Ring = AllReduce, ring.member(r)
-		cfgs = append(cfgs, cfg)
-	}
+	cfgs := tn.configs(tensors, func(r int, cfg *Config) { cfg.Arch, cfg.Ring = AllReduce, ring.member(r) })
 	res, errs, _ := replayAll(t, tn, start(t, tn, cfgs), p, 2, VerifyFull)
 	for r, err := range errs {
 		if err != nil {
