@@ -49,10 +49,7 @@ func TestParseBytes(t *testing.T) {
 }
 
 func TestParseBytesErrors(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string // exact error message
-	}{
+	tests := []parseError{
 		{"", `size "": empty`},
 		{"   ", `size "   ": empty`},
 		{"4XB", `size "4XB": unknown unit "XB" (want B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)`},
@@ -74,16 +71,7 @@ func TestParseBytesErrors(t *testing.T) {
 		{"9223372036854775807", `size "9223372036854775807": too large (max 9223372036854775807 bytes)`},
 		{"1e300TiB", `size "1e300TiB": too large (max 9223372036854775807 bytes)`},
 	}
-	for _, tt := range tests {
-		got, err := ParseBytes(tt.in)
-		if err == nil {
-			t.Errorf("ParseBytes(%q) = %d, want error %q", tt.in, got, tt.want)
-			continue
-		}
-		if err.Error() != tt.want {
-			t.Errorf("ParseBytes(%q) error = %q, want %q", tt.in, err, tt.want)
-		}
-	}
+	checkParseErrors(t, "ParseBytes", ParseBytes, tests)
 }
 
 func TestParseRate(t *testing.T) {
@@ -134,10 +122,7 @@ func TestParseRate(t *testing.T) {
 
 func TestParseRateErrors(t *testing.T) {
 	const want = "(want bps, Kbps, Mbps, Gbps, Tbps, Kb/s, Mb/s, Gb/s, B/s, KB/s, MB/s, GB/s, TB/s, KiB/s, MiB/s, GiB/s, TiB/s)"
-	tests := []struct {
-		in   string
-		want string
-	}{
+	tests := []parseError{
 		{"", `rate "": empty`},
 		{" ", `rate " ": empty`},
 		{"10", `rate "10": missing unit ` + want},
@@ -160,16 +145,7 @@ func TestParseRateErrors(t *testing.T) {
 		{"1e400Gbps", `rate "1e400Gbps": invalid number "1e400"`},
 		{"1e308TB/s", `rate "1e308TB/s": too large`},
 	}
-	for _, tt := range tests {
-		got, err := ParseRate(tt.in)
-		if err == nil {
-			t.Errorf("ParseRate(%q) = %g, want error %q", tt.in, got, tt.want)
-			continue
-		}
-		if err.Error() != tt.want {
-			t.Errorf("ParseRate(%q) error = %q, want %q", tt.in, err, tt.want)
-		}
-	}
+	checkParseErrors(t, "ParseRate", ParseRate, tests)
 }
 
 func TestParseDuration(t *testing.T) {
@@ -200,10 +176,7 @@ func TestParseDuration(t *testing.T) {
 }
 
 func TestParseDurationErrors(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string
-	}{
+	tests := []parseError{
 		{"", `duration "": empty`},
 		{"  ", `duration "  ": empty`},
 		{"5", `duration "5": invalid (want e.g. 0, 50us, 1.5ms, 2s)`},
@@ -212,16 +185,7 @@ func TestParseDurationErrors(t *testing.T) {
 		{"3000000h", `duration "3000000h": invalid (want e.g. 0, 50us, 1.5ms, 2s)`},
 		{"-1ms", `duration "-1ms": must be >= 0`},
 	}
-	for _, tt := range tests {
-		got, err := ParseDuration(tt.in)
-		if err == nil {
-			t.Errorf("ParseDuration(%q) = %g, want error %q", tt.in, got, tt.want)
-			continue
-		}
-		if err.Error() != tt.want {
-			t.Errorf("ParseDuration(%q) error = %q, want %q", tt.in, err, tt.want)
-		}
-	}
+	checkParseErrors(t, "ParseDuration", ParseDuration, tests)
 }
 
 func TestFormatBytes(t *testing.T) {
@@ -313,6 +277,29 @@ func TestRoundTrip(t *testing.T) {
 		got, err := ParseRate(s)
 		if err != nil || math.Abs(got-r) > 1e-9*r {
 			t.Errorf("ParseRate(FormatRate(%g) = %q) = %g, %v", r, s, got, err)
+		}
+	}
+}
+
+// parseError is an input a parser must refuse, with its exact error
+// message.
+type parseError struct {
+	in   string
+	want string
+}
+
+// checkParseErrors checks that parse, called name in the messages, refuses
+// every input with exactly its error message.
+func checkParseErrors[T any](t *testing.T, name string, parse func(string) (T, error), tests []parseError) {
+	t.Helper()
+	for _, tt := range tests {
+		got, err := parse(tt.in)
+		if err == nil {
+			t.Errorf("%s(%q) = %v, want error %q", name, tt.in, got, tt.want)
+			continue
+		}
+		if err.Error() != tt.want {
+			t.Errorf("%s(%q) error = %q, want %q", name, tt.in, err, tt.want)
 		}
 	}
 }
