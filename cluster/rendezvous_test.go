@@ -69,16 +69,22 @@ func TestRendezvousTimeoutNamesMissing(t *testing.T) {
 	}
 }
 
-// TestJoinTimeoutWithoutCoordinator: a member whose rank 0 never listens
-// gives up after its timeout and says that rank 0 is not listening.
-func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
+// unusedAddr is a loopback address on a free port: nobody listens there.
+func unusedAddr(t *testing.T) string {
+	t.Helper()
 	port, err := FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+}
+
+// TestJoinTimeoutWithoutCoordinator: a member whose rank 0 never listens
+// gives up after its timeout and says that rank 0 is not listening.
+func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
+	addr := unusedAddr(t)
 	start := time.Now()
-	_, _, err = Join(context.Background(), addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: 400 * time.Millisecond})
+	_, _, err := Join(context.Background(), addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: 400 * time.Millisecond})
 	var te *RendezvousTimeoutError
 	if !errors.As(err, &te) || !strings.Contains(err.Error(), "rank 0's autobyte engine to answer: none has yet") || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("Join: got %v, want a timeout naming %s and saying rank 0 is not listening", err, addr)
@@ -92,15 +98,11 @@ func TestJoinTimeoutWithoutCoordinator(t *testing.T) {
 // server waiting for a training script's next job), and the error is ctx's,
 // not a rendezvous timeout.
 func TestJoinWithoutTimeout(t *testing.T) {
-	port, err := FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := unusedAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, _, err = Join(ctx, addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: -1})
+	_, _, err := Join(ctx, addr, Member{Role: "server", Rank: 0, Digest: "d"}, testConfig("server", 0), Patience{Timeout: -1})
 	var te *RendezvousTimeoutError
 	if err == nil || errors.As(err, &te) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Join without a timeout: %v, want ctx's deadline", err)
