@@ -347,11 +347,7 @@ func TestDataGivenBackOnlyWhenWritten(t *testing.T) {
 	for k := range sizes {
 		sizes[k] = 30000 + 7*k
 	}
-	type outcome struct {
-		rank, k int
-		err     error
-	}
-	res := make(chan outcome, size*pieces)
+	res := make(chan result, size*pieces)
 	for r := range size {
 		go func() {
 			for k, n := range sizes {
@@ -370,22 +366,12 @@ func TestDataGivenBackOnlyWhenWritten(t *testing.T) {
 					for i := range data {
 						data[i] = float32(math.NaN())
 					}
-					res <- outcome{r, k, err}
+					res <- result{r, k, err}
 				})
 			}
 		}()
 	}
-	deadline := time.After(30 * time.Second)
-	for range size * pieces {
-		select {
-		case o := <-res:
-			if o.err != nil {
-				t.Fatalf("rank %d piece %d: %v", o.rank, o.k, o.err)
-			}
-		case <-deadline:
-			t.Fatal("not every piece done within 30 s")
-		}
-	}
+	awaitPieces(t, res, size, pieces, 30*time.Second)
 	held := 0
 	for _, rg := range tr.rings {
 		rg.mu.Lock()
