@@ -18,6 +18,7 @@
 set -euo pipefail
 mode=${1:-table}
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 bin=$(mktemp -d)/autobyte
 trap 'rm -rf "$(dirname "$bin")"' EXIT
 go build -o "$bin" ./cmd/autobyte
@@ -79,11 +80,7 @@ testbed)
 			extra=()
 			if [ "$c" = 16MB ]; then extra=(--credit 16MB); fi
 			out=$("$bin" launch --testbed abdc "${job[@]}" "${extra[@]}" --json 2>/dev/null)
-			read -r t v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
-			if [ "$v" != True ]; then
-				echo "round $r credit $c: sums not verified" >&2
-				exit 1
-			fi
+			t=$(verified_time "$out" "round $r credit $c")
 			runs[$c]="${runs[$c]:-} $t"
 			echo "round $r credit $c: $t s" >&2
 		done

@@ -10,6 +10,7 @@
 # SERVERS 0 runs ring all-reduce.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 model=${1:-resnet50} rate=${2:-1Gbps} workers=${3:-4} servers=${4:-2} iters=${5:-10} scale=${6:-8} rounds=${7:-3}
 ab=${AUTOBYTE_BIN:-/tmp/autobyte-compression}
 if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
@@ -20,19 +21,17 @@ for r in $(seq "$rounds"); do
   for c in none bf16 fp16; do
     out=$("$ab" launch --testbed abcomp --model "$model" --workers "$workers" "${topo[@]}" \
         --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --compression "$c" --json 2>/dev/null)
-    read -r m v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
-    if [ "$v" != "True" ]; then echo "round $r $c: sums not verified" >&2; exit 1; fi
+    m=$(verified_time "$out" "round $r $c")
     runs[$c]="${runs[$c]:-} $m"
     echo "round $r $c: $m s" >&2
   done
 done
-base=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[none]})
+base=$(median ${runs[none]})
 printf "%-12s %10s %10s %8s %8s  %s\n" compression measured_s simulated_s diff speedup rounds
 for c in none bf16 fp16; do
-  med=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[$c]})
+  med=$(median ${runs[$c]})
   p=$("$ab" sim --model "$model" --workers "$workers" "${topo[@]}" --bandwidth "$rate" \
-      --iterations "$iters" --compute-scale "$scale" --compression "$c" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_time_s"])')
+      --iterations "$iters" --compute-scale "$scale" --compression "$c" --json | json_time)
   printf "%-12s %10.3f %10.3f %+7.1f%% %7.2fx  %s\n" "$c" "$med" "$p" "$(awk -v a="$med" -v b="$p" 'BEGIN{print 100*(a/b-1)}')" \
     "$(awk -v a="$base" -v b="$med" 'BEGIN{print a/b}')" "${runs[$c]}"
 done

@@ -11,6 +11,7 @@
 # test a model of the machine against the same measurements.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 model=${1:-alexnet} rate=${2:-1Gbps} workers=${3:-4} servers=${4:-2} iters=${5:-10} scale=${6:-4} rounds=${7:-3}
 shift $(( $# < 7 ? $# : 7 ))
 simflags=("$@")
@@ -21,17 +22,15 @@ for r in $(seq "$rounds"); do
   for s in fifo bytescheduler; do
     out=$("$ab" launch --testbed abfid --model "$model" --workers "$workers" --servers "$servers" \
         --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --scheduler "$s" --json 2>/dev/null)
-    read -r m v < <(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["iteration_time_s"], d["verified"])' "$out")
-    if [ "$v" != "True" ]; then echo "round $r $s: sums not verified" >&2; exit 1; fi
+    m=$(verified_time "$out" "round $r $s")
     runs[$s]="${runs[$s]:-} $m"
     echo "round $r $s: $m s" >&2
   done
 done
 printf "%-14s %10s %10s %8s  %s\n" scheduler measured_s simulated_s diff rounds
 for s in fifo bytescheduler; do
-  med=$(python3 -c 'import sys,statistics; print(statistics.median(map(float, sys.argv[1:])))' ${runs[$s]})
+  med=$(median ${runs[$s]})
   p=$("$ab" sim --model "$model" --workers "$workers" --servers "$servers" --bandwidth "$rate" \
-      --iterations "$iters" --compute-scale "$scale" --scheduler "$s" "${simflags[@]}" --json |
-    python3 -c 'import json,sys; print(json.load(sys.stdin)["iteration_time_s"])')
+      --iterations "$iters" --compute-scale "$scale" --scheduler "$s" "${simflags[@]}" --json | json_time)
   printf "%-14s %10.3f %10.3f %+7.1f%%  %s\n" "$s" "$med" "$p" "$(awk -v a="$med" -v b="$p" 'BEGIN{print 100*(a/b-1)}')" "${runs[$s]}"
 done
