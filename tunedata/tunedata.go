@@ -15,6 +15,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/autobyte/autobyte/internal/outfile"
 	"github.com/autobyte/autobyte/proto"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
@@ -114,8 +115,25 @@ func DefaultConfig(arch string) sched.Config {
 }
 
 // Cache holds simulated runs by Key; it is the --data file of tune train.
+// Simulate adds each run as it finishes, so that Save keeps every finished
+// run even when the work stops early; Save may run while Simulate does.
 type Cache struct {
+	mu   sync.Mutex
 	Runs map[string]tune.MetaRun `json:"runs"`
+}
+
+// add records a finished run.
+func (c *Cache) add(key string, r tune.MetaRun) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.Runs[key] = r
+}
+
+// Len is the number of runs held.
+func (c *Cache) Len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.Runs)
 }
 
 // Key identifies one simulation: scenario, configuration and length, every
@@ -144,13 +162,16 @@ func LoadCache(path string) (*Cache, error) {
 	return c, nil
 }
 
-// Save writes the cache to path.
+// Save writes the cache to path whole (outfile.WriteFile): an interrupted
+// save leaves the previous file.
 func (c *Cache) Save(path string) error {
+	c.mu.Lock()
 	b, err := json.Marshal(c)
+	c.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o644)
+	return outfile.WriteFile(path, b, 0o644)
 }
 
 // Simulate runs every job's configurations on par goroutines, taking runs
@@ -182,7 +203,10 @@ func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done 
 	for j, jb := range jobs {
 		out[j] = tune.MetaScenarioRuns{Scenario: jb.Scenario, Runs: make([]tune.MetaRun, len(jb.Configs))}
 		for c, cfg := range jb.Configs {
-			if r, ok := cache.Runs[Key(jb.Scenario, cfg, iterations)]; ok {
+			cache.mu.Lock()
+			r, ok := cache.Runs[Key(jb.Scenario, cfg, iterations)]
+			cache.mu.Unlock()
+			if ok {
 				out[j].Runs[c] = r
 				tick()
 				continue
@@ -198,18 +222,17 @@ func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done 
 		t := tasks[i]
 		jb := jobs[t.j]
 		r, err := SimulateRun(jb.Scenario, jb.Configs[t.c], iterations)
-		tick()
 		if err != nil {
+			tick()
 			return fmt.Errorf("scenario %d (%s), configuration %+v: %w", jb.Index, jb.Scenario, jb.Configs[t.c], err)
 		}
 		out[t.j].Runs[t.c] = r
+		cache.add(Key(jb.Scenario, jb.Configs[t.c], iterations), r)
+		tick()
 		return nil
 	})
 	if err != nil {
 		return nil, err
-	}
-	for _, t := range tasks {
-		cache.Runs[Key(jobs[t.j].Scenario, jobs[t.j].Configs[t.c], iterations)] = out[t.j].Runs[t.c]
 	}
 	return out, nil
 }

@@ -121,3 +121,26 @@ func TestSimulateAndCache(t *testing.T) {
 		t.Errorf("unknown model: %v", err)
 	}
 }
+
+// TestCacheKeepsRunsOfAFailedSimulate: the runs that finished stay in the
+// cache when another simulation of the same call fails, so that a saved
+// cache keeps them (tune train saves it on failure and interrupt).
+func TestCacheKeepsRunsOfAFailedSimulate(t *testing.T) {
+	good := Job{Scenario: tune.MetaScenario{Model: "alexnet", Arch: "allreduce", Workers: 3, BandwidthBps: 1.25e9, LatencyS: 50e-6, ComputeScale: 1}}
+	good.Configs = []sched.Config{DefaultConfig("allreduce"), Grid()[0]}
+	bad := Job{Scenario: tune.MetaScenario{Model: "nosuch", Arch: "ps", Workers: 1, Servers: 1, BandwidthBps: 1, ComputeScale: 1}, Configs: good.Configs[:1]}
+	cache := &Cache{}
+	if _, err := Simulate([]Job{bad, good}, 4, 1, cache, nil); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Fatalf("Simulate with an unknown model: %v, want its error", err)
+	}
+	if cache.Len() != 2 {
+		t.Fatalf("%d runs cached after the failure, want the 2 that finished", cache.Len())
+	}
+	path := filepath.Join(t.TempDir(), "data.json")
+	if err := cache.Save(path); err != nil {
+		t.Fatal(err)
+	}
+	if loaded, err := LoadCache(path); err != nil || loaded.Len() != 2 {
+		t.Fatalf("saved cache: %v runs, %v", loaded, err)
+	}
+}

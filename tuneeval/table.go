@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/autobyte/autobyte/internal/outfile"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/units"
 )
@@ -24,14 +25,14 @@ func Write(rep *Report, dir string) error {
 	if err := WriteMarkdown(&md, rep); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
+	if err := outfile.WriteFile(filepath.Join(dir, "results.md"), []byte(md.String()), 0o644); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	js, err := json.MarshalIndent(rep, "", " ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
+	if err := outfile.WriteFile(filepath.Join(dir, "results.json"), append(js, '\n'), 0o644); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	for i := range rep.Scenarios {

@@ -315,6 +315,11 @@ func TestBadInput(t *testing.T) {
 		{[]string{"launch", "--model", "toy3", "--workers", "2", "--link-trace", "worker2=0:1Gbps", "--testbed", "nosuchbed"}, "link trace of worker2: no such worker (the job has 2)"},
 		{[]string{"server", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--workers", "2", "--servers", "2", "--link-trace", "server-1=0:1Gbps"}, "server-1"},
 		{[]string{"launch", "--workers", "2", "--link-trace", "server0=0:1Gbps", "--", "/bin/true"}, "--link-trace does not apply"},
+		// Long commands refuse a path that cannot take their results
+		// before any work.
+		{[]string{"tune", "train", "--out", "/nonexistent/dir/w.json"}, "--out: cannot write /nonexistent/dir/w.json: cannot create a file in /nonexistent/dir"},
+		{[]string{"tune", "train", "--out", filepath.Join(dir, "w.json"), "--data", "/nonexistent/dir/d.json"}, "--data: cannot write /nonexistent/dir/d.json"},
+		{[]string{"tune", "eval", "--quick", "--out", "/proc/nope"}, "--out: cannot create directory /proc/nope"},
 		// Each process of a training command needs at least the engine's
 		// memory: 2 million processes are refused before any starts.
 		{[]string{"launch", "--workers", "1000000", "--", "/bin/true"}, "--workers 1000000: runtime: 2000000 processes need at least"},

@@ -2,17 +2,21 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/internal/outfile"
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/tune"
 	"github.com/autobyte/autobyte/tunedata"
@@ -118,6 +122,16 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	if err := f.check(); err != nil {
 		return err
 	}
+	// The results are written after minutes of simulation: a path that
+	// cannot take them is refused before any.
+	if err := outfile.Check(f.out); err != nil {
+		return fmt.Errorf("--out: %w", err)
+	}
+	if f.data != "" {
+		if err := outfile.Check(f.data); err != nil {
+			return fmt.Errorf("--data: %w", err)
+		}
+	}
 	heldOut := splitList(f.heldOut)
 	for _, m := range heldOut {
 		if _, err := model.Get(m); err != nil {
@@ -186,7 +200,7 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(f.out, append(data, '\n'), 0o644); err != nil {
+	if err := outfile.WriteFile(f.out, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("--out: %w", err)
 	}
 	fmt.Fprintf(log, "tune train: wrote %s\n", f.out)
@@ -194,14 +208,22 @@ func runTuneTrain(f tuneTrainFlags, log io.Writer) error {
 }
 
 // metaData simulates the plan, reusing the runs of the --data cache and
-// adding the new ones to it.
+// adding the new ones to it. The cache is saved when the simulations end,
+// fail or are interrupted (SIGINT, SIGTERM), so a run that stops early
+// keeps every simulation it finished.
 func metaData(f tuneTrainFlags, plan tunedata.Plan, prog *metaProgress) (train, eval []tune.MetaScenarioRuns, err error) {
 	cache := &tunedata.Cache{}
 	if f.data != "" {
 		if cache, err = tunedata.LoadCache(f.data); err != nil {
 			return nil, nil, fmt.Errorf("--data: %w", err)
 		}
-		fmt.Fprintf(prog.log, "tune train: %d simulated runs in %s\n", len(cache.Runs), f.data)
+		fmt.Fprintf(prog.log, "tune train: %d simulated runs in %s\n", cache.Len(), f.data)
+		defer saveOnInterrupt(cache, f.data, prog.log)()
+		defer func() {
+			if serr := cache.Save(f.data); serr != nil {
+				err = errors.Join(err, fmt.Errorf("--data: %w", serr))
+			}
+		}()
 	}
 	if train, err = tunedata.Simulate(plan.Train, f.iterations, f.parallel, cache, prog.add); err != nil {
 		return nil, nil, err
@@ -209,12 +231,31 @@ func metaData(f tuneTrainFlags, plan tunedata.Plan, prog *metaProgress) (train, 
 	if eval, err = tunedata.Simulate(plan.Eval, f.iterations, f.parallel, cache, prog.add); err != nil {
 		return nil, nil, err
 	}
-	if f.data != "" {
-		if err := cache.Save(f.data); err != nil {
-			return nil, nil, fmt.Errorf("--data: %w", err)
-		}
-	}
 	return train, eval, nil
+}
+
+// saveOnInterrupt saves cache to path and ends the process when it is
+// interrupted, until the function it returns is called.
+func saveOnInterrupt(cache *tunedata.Cache, path string, log io.Writer) (stop func()) {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-sig:
+			if err := cache.Save(path); err != nil {
+				fmt.Fprintf(log, "tune train: %v: saving the %d simulated runs to %s failed: %v\n", s, cache.Len(), path, err)
+			} else {
+				fmt.Fprintf(log, "tune train: %v: saved %d simulated runs to %s; run the same command to go on from there\n", s, cache.Len(), path)
+			}
+			os.Exit(130)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(sig)
+		close(done)
+	}
 }
 
 func intsList(xs []int) string {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/autobyte/autobyte/internal/outfile"
 	"github.com/autobyte/autobyte/tuneeval"
 )
 
@@ -29,6 +30,10 @@ NAME-time.png and NAME-config.png into --out. See docs/tuner-eval.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Log = cmd.ErrOrStderr()
+			// Refused before the evaluation, not after it.
+			if err := outfile.CheckDir(o.Out); err != nil {
+				return fmt.Errorf("--out: %w", err)
+			}
 			rep, err := tuneeval.Evaluate(o)
 			if err != nil {
 				return err
