@@ -288,7 +288,7 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 			What: fmt.Sprintf("runtime: the busiest process would handle %.3g messages per iteration, an estimated %s of CPU at %s each, over the limit of %s per iteration",
 				r.BusiestMessages, units.FormatSeconds(r.OverheadS), units.FormatSeconds(RuntimeMessageCostS), units.FormatSeconds(MaxRuntimeOverheadS))}
 	case memoryBytes > 0 && r.MemoryBytes > float64(memoryBytes):
-		cause := "workers"
+		cause := processCause(o.Workers, o.Servers)
 		switch {
 		case r.PiecesPerIteration > 1_000_000:
 			cause = "partition"
@@ -309,10 +309,19 @@ func (o *Options) RuntimeBudget(memoryBytes int64) (RuntimeEstimate, error) {
 func ProcessesBudget(workers, servers int, memoryBytes int64) error {
 	procs := float64(workers) + float64(servers)
 	if need := procs * runtimeMemPerProcess; memoryBytes > 0 && need > float64(memoryBytes) {
-		return &BudgetError{Cause: "workers", What: fmt.Sprintf("runtime: %.0f processes need at least %s of memory (%s each for the engine alone), more than the %s this machine has available",
+		return &BudgetError{Cause: processCause(workers, servers), What: fmt.Sprintf("runtime: %.0f processes need at least %s of memory (%s each for the engine alone), more than the %s this machine has available",
 			procs, units.FormatBytes(int64(need)), units.FormatBytes(runtimeMemPerProcess), units.FormatBytes(memoryBytes))}
 	}
 	return nil
+}
+
+// processCause names the count that makes the processes too many: the
+// servers where they outnumber the workers, else the workers.
+func processCause(workers, servers int) string {
+	if servers > workers {
+		return "servers"
+	}
+	return "workers"
 }
 
 // elemBytes is the bytes one parameter's gradient takes on the wire under

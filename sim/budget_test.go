@@ -170,6 +170,9 @@ func TestProcessesBudget(t *testing.T) {
 	if strings.Contains(err.Error(), "pieces per worker") {
 		t.Errorf("a job of a training command has no pieces to report: %v", err)
 	}
+	if err := ProcessesBudget(1, 100_000, 24<<30); !errors.As(err, &be) || be.Cause != "servers" {
+		t.Errorf("1 worker and 100,000 servers: %v, want a refusal caused by the servers", err)
+	}
 	if err := ProcessesBudget(8, 8, 24<<30); err != nil {
 		t.Errorf("16 processes in 24 GiB: %v, want no refusal", err)
 	}
