@@ -202,9 +202,13 @@ func ParseSettings(req Request, env func(string) string) (Settings, error) {
 		}
 	}
 	shard := int64(proto.DefaultShardBytes)
-	if v := get("AUTOBYTE_SHARD"); v != "" {
+	switch v := get("AUTOBYTE_SHARD"); v {
+	case "":
+	case "0":
+		shard = 0 // never split over servers (launch --shard 0 passes it so)
+	default:
 		if shard, err = units.ParseBytes(v); err != nil {
-			return s, fmt.Errorf("AUTOBYTE_SHARD=%q: %w", v, err)
+			return s, fmt.Errorf("AUTOBYTE_SHARD=%q: %w (or 0: never)", v, err)
 		}
 	}
 	if arch == worker.AllReduce {

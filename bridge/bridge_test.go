@@ -124,6 +124,24 @@ func TestParseSettingsFusion(t *testing.T) {
 	}
 }
 
+// TestParseSettingsShard: AUTOBYTE_SHARD sets the size above which a piece
+// is split over every server; 0, which launch --shard 0 passes, never
+// splits; the default is proto.DefaultShardBytes; all-reduce never shards.
+func TestParseSettingsShard(t *testing.T) {
+	ps := map[string]string{"AUTOBYTE_SERVERS": "2"}
+	for v, want := range map[string]int64{"": proto.DefaultShardBytes, "0": 0, "1MiB": 1 << 20} {
+		ps["AUTOBYTE_SHARD"] = v
+		st, err := ParseSettings(Request{Tensors: twoTensors}, envOf(ps))
+		if err != nil || st.Spec.ShardBytes != want {
+			t.Errorf("AUTOBYTE_SHARD=%q: %v, shard %d; want %d", v, err, st.Spec.ShardBytes, want)
+		}
+	}
+	ps["AUTOBYTE_SHARD"] = "-1MB"
+	if _, err := ParseSettings(Request{Tensors: twoTensors}, envOf(ps)); err == nil || !strings.Contains(err.Error(), `AUTOBYTE_SHARD="-1MB"`) {
+		t.Errorf("AUTOBYTE_SHARD=-1MB: %v, want a refusal naming it", err)
+	}
+}
+
 func TestParseSettingsServerWeights(t *testing.T) {
 	ps := map[string]string{"AUTOBYTE_SERVERS": "3"}
 	for v, want := range map[string]string{"": "", "4:4:1": "1000:1000:250", "2,2,2": ""} {

@@ -5,6 +5,14 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/autobyte/autobyte/bridge"
+	"github.com/autobyte/autobyte/dtype"
+	"github.com/autobyte/autobyte/job"
+	"github.com/autobyte/autobyte/proto"
+	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/worker"
 )
 
 // TestLaunchScriptEnv: a training command runs once per worker with the
@@ -114,6 +122,53 @@ func TestLaunchSharedMemoryFlag(t *testing.T) {
 		}
 		if err := json.Unmarshal([]byte(out), &rep); err != nil || !rep.Verified || rep.Checked == 0 {
 			t.Fatalf("%v: sums not verified (%v):\n%s", arch, err, out)
+		}
+	}
+}
+
+// TestScriptEnvRoundTrip: every setting launch gives a training command
+// through its environment is read back by the plugin's settings parser
+// (package bridge) as the same job: a value one side writes and the other
+// refuses or reads otherwise (launch --shard 0 once stopped every script)
+// fails here.
+func TestScriptEnvRoundTrip(t *testing.T) {
+	bs := sched.Config{PartitionBytes: 1 << 20, CreditBytes: 2 << 20, Order: sched.OrderPriority}
+	ps := job.Spec{Arch: worker.PS, Workers: 2, Servers: 2, Sched: bs, ShardBytes: proto.DefaultShardBytes}
+	with := func(s job.Spec, change func(*job.Spec)) job.Spec { change(&s); return s }
+	specs := map[string]job.Spec{
+		"ps":              ps,
+		"ps, no sharding": with(ps, func(s *job.Spec) { s.ShardBytes = 0 }),
+		"ps, 1 MiB shard": with(ps, func(s *job.Spec) { s.ShardBytes = 1 << 20 }),
+		"ps, weights":     with(ps, func(s *job.Spec) { s.Sched.ServerWeights = sched.ServerWeights{1000, 250} }),
+		"ps, pull":        with(ps, func(s *job.Spec) { s.PullMode = true }),
+		"ps, fusion":      with(ps, func(s *job.Spec) { s.Sched.FusionBytes = 1 << 20 }),
+		"ps, bf16":        with(ps, func(s *job.Spec) { s.Sched.Compression = dtype.BF16 }),
+		"ps, fifo":        with(ps, func(s *job.Spec) { s.Sched = sched.Config{Order: sched.OrderFIFO} }),
+		"ps, priority":    with(ps, func(s *job.Spec) { s.Sched = sched.Config{Order: sched.OrderPriority} }),
+		"allreduce":       {Arch: worker.AllReduce, Workers: 3, Sched: bs},
+		"allreduce, fp16": {Arch: worker.AllReduce, Workers: 3, Sched: with(job.Spec{Sched: bs}, func(s *job.Spec) { s.Sched.Compression = dtype.F16 }).Sched},
+	}
+	lc := launchConfig{peerTimeout: 7 * time.Second, logLevel: "warn", shaped: 125e6, linkRate: 125e6, scriptTuner: "autobyte", noShm: true}
+	for name, spec := range specs {
+		vars := map[string]string{}
+		for _, kv := range scriptEnv(spec, lc, 1, "127.0.0.1", 29500, 29499, "tok") {
+			if k, v, ok := strings.Cut(kv, "="); ok {
+				vars[k] = v // later entries win, as in a process's environment
+			}
+		}
+		st, err := bridge.ParseSettings(bridge.Request{Tensors: []bridge.Tensor{{Name: "w", Layer: 0, Elems: 10}}}, func(k string) string { return vars[k] })
+		if err != nil {
+			t.Errorf("%s: the plugin refuses launch's environment: %v", name, err)
+			continue
+		}
+		got := st.Spec
+		if got.Arch != spec.Arch || got.Workers != spec.Workers || got.Servers != spec.Servers || got.ShardBytes != spec.ShardBytes ||
+			got.PullMode != spec.PullMode || got.Sched != spec.Sched || st.Rank != 1 {
+			t.Errorf("%s: the plugin reads rank %d of %+v, launch meant rank 1 of %+v", name, st.Rank, got, spec)
+		}
+		if n := st.Net; n.PeerTimeout != lc.peerTimeout || n.BandwidthBps != lc.shaped || !n.NoSharedMemory || n.Token != "tok" ||
+			n.Master != "127.0.0.1:29500" || st.Tuner != lc.scriptTuner || st.LinkRateBps != lc.linkRate {
+			t.Errorf("%s: the plugin reads network %+v, tuner %q at %v B/s; launch meant %+v", name, n, st.Tuner, st.LinkRateBps, lc)
 		}
 	}
 }
