@@ -177,8 +177,8 @@ func (c *Cache) Save(path string) error {
 // Simulate runs every job's configurations on par goroutines, taking runs
 // found in cache (which may be nil) and adding the new ones to it;
 // progress, if set, is called after each run (found or simulated) with the
-// count so far. Results are in job and configuration order whatever the
-// interleaving.
+// count so far, by one goroutine at a time. Results are in job and
+// configuration order whatever the interleaving.
 func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done int)) ([]tune.MetaScenarioRuns, error) {
 	if cache == nil {
 		cache = &Cache{}
@@ -189,12 +189,11 @@ func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done 
 	var mu sync.Mutex
 	done := 0
 	tick := func() {
-		mu.Lock()
+		mu.Lock() // progress is called by one goroutine at a time
+		defer mu.Unlock()
 		done++
-		n := done
-		mu.Unlock()
 		if progress != nil {
-			progress(n)
+			progress(done)
 		}
 	}
 	out := make([]tune.MetaScenarioRuns, len(jobs))
