@@ -106,7 +106,8 @@ the failed process's error.`,
 				}
 			}
 			if metricsPort < 0 || metricsPort > 65535-spec.Workers {
-				return fmt.Errorf("--metrics-port %d out of range", metricsPort)
+				return fmt.Errorf("--metrics-port %d out of range: worker r serves on port PORT+r, so with %d workers PORT must be in 1..%d (0 = off)",
+					metricsPort, spec.Workers, 65535-spec.Workers)
 			}
 			if bedName != "" {
 				rates := hostRates{o: o, servers: spec.Servers}

@@ -315,6 +315,7 @@ func TestBadInput(t *testing.T) {
 		{[]string{"launch", "--model", "toy3", "--workers", "2", "--link-trace", "worker2=0:1Gbps", "--testbed", "nosuchbed"}, "link trace of worker2: no such worker (the job has 2)"},
 		{[]string{"server", "--model", "toy3", "--master", "127.0.0.1:1", "--token", "t", "--workers", "2", "--servers", "2", "--link-trace", "server-1=0:1Gbps"}, "server-1"},
 		{[]string{"launch", "--workers", "2", "--link-trace", "server0=0:1Gbps", "--", "/bin/true"}, "--link-trace does not apply"},
+		{[]string{"launch", "--model", "toy3", "--workers", "2", "--metrics-port", "65535"}, "--metrics-port 65535 out of range: worker r serves on port PORT+r, so with 2 workers PORT must be in 1..65533"},
 		// A sweep checks every run before the first starts: one over the
 		// budget is refused at once, not after hours of the others.
 		{[]string{"sweep", "--workers", "100000", "--models", "resnet50", "--bandwidth", "1Gbps", "--arch", "ps"}, "resnet50 ps 100000 workers: sim: an estimated"},
