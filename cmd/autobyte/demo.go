@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/autobyte/autobyte/internal/outfile"
 	"github.com/autobyte/autobyte/sched"
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/tune"
@@ -50,6 +51,13 @@ It takes about two minutes on 2 cores.`,
 				verified          bool
 			}
 			var rows []row
+			// The plot is drawn after minutes of runs: a path that cannot
+			// take it is refused first.
+			if load.plot != "" {
+				if err := outfile.Check(load.plot); err != nil {
+					return fmt.Errorf("--load-plot: %w", err)
+				}
+			}
 			ctx, stop := signalContext()
 			defer stop()
 			for _, scheduler := range []string{"fifo", "bytescheduler"} {

@@ -319,6 +319,7 @@ func TestBadInput(t *testing.T) {
 		// A sweep checks every run before the first starts: one over the
 		// budget is refused at once, not after hours of the others.
 		{[]string{"sweep", "--workers", "100000", "--models", "resnet50", "--bandwidth", "1Gbps", "--arch", "ps"}, "resnet50 ps 100000 workers: sim: an estimated"},
+		{[]string{"demo", "--load-plot", "/nonexistent/dir/load.png"}, "--load-plot: cannot write /nonexistent/dir/load.png"},
 		// Long commands refuse a path that cannot take their results
 		// before any work.
 		{[]string{"tune", "train", "--out", "/nonexistent/dir/w.json"}, "--out: cannot write /nonexistent/dir/w.json: cannot create a file in /nonexistent/dir"},
