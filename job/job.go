@@ -51,11 +51,16 @@ type Spec struct {
 // servers sum whatever pieces workers push, so they need not know the
 // model, and one server binary serves any model (e.g. a PyTorch script's).
 func (s Spec) ServerDigest() string {
-	b, _ := json.Marshal(struct {
+	return shortDigest(struct {
 		Arch worker.Arch
 		W, M int
 		Pull bool
 	}{s.Arch, s.Workers, s.Servers, s.PullMode})
+}
+
+// shortDigest identifies v by its JSON: 12 hex digits of its SHA-256.
+func shortDigest(v any) string {
+	b, _ := json.Marshal(v)
 	h := sha256.Sum256(b)
 	return hex.EncodeToString(h[:6])
 }
@@ -76,10 +81,8 @@ func (s Spec) ServerConfig() map[string]string {
 func (s Spec) Config() map[string]string {
 	c := s.ServerConfig()
 	if p := s.Profile; p != nil {
-		b, _ := json.Marshal(p)
-		h := sha256.Sum256(b)
 		c["model"] = fmt.Sprintf("%s: %d tensors in %d layers, %d parameters of %d bytes (profile digest %s)",
-			p.Name, p.NumTensors(), len(p.Layers), p.TotalParams(), p.BytesPerParam, hex.EncodeToString(h[:6]))
+			p.Name, p.NumTensors(), len(p.Layers), p.TotalParams(), p.BytesPerParam, shortDigest(p))
 	}
 	shard := "no sharding"
 	if s.ShardBytes > 0 {
@@ -105,7 +108,7 @@ func (s Spec) ValidateServer() error {
 
 // Digest identifies the spec.
 func (s Spec) Digest() string {
-	b, _ := json.Marshal(struct {
+	return shortDigest(struct {
 		Profile    *model.Profile
 		Arch       worker.Arch
 		W, M       int
@@ -114,8 +117,6 @@ func (s Spec) Digest() string {
 		Iterations int
 		Pull       bool
 	}{s.Profile, s.Arch, s.Workers, s.Servers, s.Sched, s.ShardBytes, s.Iterations, s.PullMode})
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:6])
 }
 
 // Validate reports the first invalid field.

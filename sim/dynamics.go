@@ -218,16 +218,17 @@ func (o *Options) ValidateCompute() error {
 	}
 	slowest := 1.0
 	for r := range o.Workers {
-		f := o.slowdown(r)
+		window := 1.0
 		for _, st := range o.StragglerTraces[r] {
-			f = max(f, o.slowdown(r)*st.Value)
+			window = max(window, st.Value)
 		}
-		slowest = max(slowest, f)
+		slowest = max(slowest, o.slowdown(r)*window)
 	}
 	worst *= slowest * (1 + o.Jitter)
-	if c := (o.Profile.ForwardS() + o.Profile.BackwardS()) * worst; !(c <= model.MaxIterationComputeS) {
+	profile := o.Profile.ForwardS() + o.Profile.BackwardS()
+	if c := profile * worst; !(c <= model.MaxIterationComputeS) {
 		return fmt.Errorf("sim: an iteration could compute for %.4g s (the profile's %.4g s times %.4g from the compute trace, stragglers and jitter), more than the %d s (a day) allowed",
-			c, o.Profile.ForwardS()+o.Profile.BackwardS(), worst, model.MaxIterationComputeS)
+			c, profile, worst, model.MaxIterationComputeS)
 	}
 	return nil
 }

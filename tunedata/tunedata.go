@@ -129,6 +129,14 @@ func (c *Cache) add(key string, r tune.MetaRun) {
 	c.Runs[key] = r
 }
 
+// get returns the run held for key, if any.
+func (c *Cache) get(key string) (tune.MetaRun, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.Runs[key]
+	return r, ok
+}
+
 // Len is the number of runs held.
 func (c *Cache) Len() int {
 	c.mu.Lock()
@@ -202,10 +210,7 @@ func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done 
 	for j, jb := range jobs {
 		out[j] = tune.MetaScenarioRuns{Scenario: jb.Scenario, Runs: make([]tune.MetaRun, len(jb.Configs))}
 		for c, cfg := range jb.Configs {
-			cache.mu.Lock()
-			r, ok := cache.Runs[Key(jb.Scenario, cfg, iterations)]
-			cache.mu.Unlock()
-			if ok {
+			if r, ok := cache.get(Key(jb.Scenario, cfg, iterations)); ok {
 				out[j].Runs[c] = r
 				tick()
 				continue
@@ -220,14 +225,13 @@ func Simulate(jobs []Job, iterations, par int, cache *Cache, progress func(done 
 	err := sim.Parallel(len(tasks), par, func(i int) error {
 		t := tasks[i]
 		jb := jobs[t.j]
+		defer tick() // after the run is in the cache
 		r, err := SimulateRun(jb.Scenario, jb.Configs[t.c], iterations)
 		if err != nil {
-			tick()
 			return fmt.Errorf("scenario %d (%s), configuration %+v: %w", jb.Index, jb.Scenario, jb.Configs[t.c], err)
 		}
 		out[t.j].Runs[t.c] = r
 		cache.add(Key(jb.Scenario, jb.Configs[t.c], iterations), r)
-		tick()
 		return nil
 	})
 	if err != nil {

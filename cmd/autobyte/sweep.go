@@ -190,13 +190,13 @@ type sweepJob struct {
 	kind int
 }
 
-// runSweep runs every scenario's simulations on all CPUs and gathers rows
-// in scenario order.
 // sweepEventsPerS is the simulator's speed for the sweep's estimate of
 // its duration: the 2-2.5 million events/s measured on this project's
 // 2-core machine (sim.MaxEvents).
 const sweepEventsPerS = 2.3e6
 
+// runSweep runs every scenario's simulations on all CPUs and gathers rows
+// in scenario order.
 func runSweep(scenarios []sim.Options, parts, creds []int64, progress io.Writer) ([]sweepRow, error) {
 	var jobs []sweepJob
 	for i, base := range scenarios {

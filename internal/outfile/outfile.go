@@ -23,14 +23,10 @@ func Check(path string) error {
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
 		return fmt.Errorf("cannot write %s: it is a directory", path)
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, ".autobyte-check-*")
-	if err != nil {
-		return fmt.Errorf("cannot write %s: cannot create a file in %s: %w", path, dir, cause(err))
+	if err := probe(filepath.Dir(path)); err != nil {
+		return fmt.Errorf("cannot write %s: %w", path, err)
 	}
-	name := f.Name()
-	f.Close()
-	return os.Remove(name)
+	return nil
 }
 
 // CheckDir creates dir and its parents where missing and reports whether
@@ -39,6 +35,11 @@ func CheckDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("cannot create directory %s: %w", dir, cause(err))
 	}
+	return probe(dir)
+}
+
+// probe creates a file in dir and removes it again.
+func probe(dir string) error {
 	f, err := os.CreateTemp(dir, ".autobyte-check-*")
 	if err != nil {
 		return fmt.Errorf("cannot create a file in %s: %w", dir, cause(err))

@@ -336,7 +336,6 @@ class Faults(unittest.TestCase):
             left = subprocess.run(["pgrep", "-f", WORKER], stdout=subprocess.PIPE, text=True).stdout.split()
             self.assertEqual(left, [], "worker processes left behind: %s" % left)
 
-
     def test_worker_with_another_model(self):
         # A job started with another model on one rank is refused at
         # rendezvous, naming the model's part and both ranks' models.
