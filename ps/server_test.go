@@ -180,6 +180,16 @@ func (r *rig) barrier(b piece) {
 	r.answered(b)
 }
 
+// pushThenConflict has worker first push p and worker second push q, a
+// push of the same piece that disagrees with p. The barrier between them
+// makes sure the server took p first, so that it is q the server blames.
+func (r *rig) pushThenConflict(first int, p piece, second int, q piece) {
+	r.t.Helper()
+	r.push(first, p)
+	r.barrier(piece{key: 99, elems: 1})
+	r.push(second, q)
+}
+
 // answered checks that every worker's next answer is the sum of p.
 func (r *rig) answered(p piece) {
 	r.t.Helper()
@@ -506,6 +516,9 @@ func TestWorkerLeftEarly(t *testing.T) {
 // the worker and the offending value.
 func TestBadPushes(t *testing.T) {
 	p := piece{key: 5, piece: 2, aux: 1, offset: 64, elems: 8}
+	shorter, moved := p, p // p's identity with another length, another offset
+	shorter.elems = 4
+	moved.offset = 68
 	cases := []struct {
 		name string
 		// do has the workers of a 2-worker server misbehave.
@@ -516,20 +529,10 @@ func TestBadPushes(t *testing.T) {
 			h := p.header(transport.KindPush)
 			_ = r.workers[1].Send(transport.Frame{Header: h, Payload: make([]byte, 6)})
 		}, []string{"worker 1", "6 bytes"}},
-		{"other length", func(r *rig) {
-			r.push(0, p)
-			r.barrier(piece{key: 99, elems: 1})
-			q := p
-			q.elems = 4
-			r.push(1, q)
-		}, []string{"worker 1", "16 bytes", "32 bytes"}},
-		{"other offset", func(r *rig) {
-			r.push(1, p)
-			r.barrier(piece{key: 99, elems: 1})
-			q := p
-			q.offset = 68
-			r.push(0, q)
-		}, []string{"worker 0", "offset 68", "offset 64"}},
+		{"other length", func(r *rig) { r.pushThenConflict(0, p, 1, shorter) },
+			[]string{"worker 1", "16 bytes", "32 bytes"}},
+		{"other offset", func(r *rig) { r.pushThenConflict(1, p, 0, moved) },
+			[]string{"worker 0", "offset 68", "offset 64"}},
 		{"ring frame", func(r *rig) {
 			_ = r.workers[0].Send(transport.Frame{Header: transport.Header{Kind: transport.KindRing}})
 		}, []string{"worker 0", "ring"}},
