@@ -99,15 +99,7 @@ func dial(t *testing.T, l *Listener, cfg Config) (srv, cli *Conn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	type res struct {
-		c   *Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := Dial(ctx, l.Addr().String(), cfg)
-		ch <- res{c, err}
-	}()
+	ch := dialAsync(ctx, l.Addr().String(), cfg)
 	srv, err := l.Accept(ctx)
 	r := <-ch
 	if r.err != nil {
@@ -118,6 +110,23 @@ func dial(t *testing.T, l *Listener, cfg Config) (srv, cli *Conn) {
 	}
 	t.Cleanup(func() { srv.Close(); r.c.Close() })
 	return srv, r.c
+}
+
+// dialResult is what a Dial run by dialAsync returned.
+type dialResult struct {
+	c   *Conn
+	err error
+}
+
+// dialAsync runs Dial(ctx, addr, cfg) in the background, so that the caller
+// can listen or accept meanwhile, and returns where its result will come.
+func dialAsync(ctx context.Context, addr string, cfg Config) <-chan dialResult {
+	ch := make(chan dialResult, 1)
+	go func() {
+		c, err := Dial(ctx, addr, cfg)
+		ch <- dialResult{c, err}
+	}()
+	return ch
 }
 
 // wires runs f over both same-host wires: shared memory (the default on
@@ -778,15 +787,7 @@ func TestDialRetriesUntilListening(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	type res struct {
-		c   *Conn
-		err error
-	}
-	ch := make(chan res, 1)
-	go func() {
-		c, err := Dial(ctx, addr, testConfig("worker", 1))
-		ch <- res{c, err}
-	}()
+	ch := dialAsync(ctx, addr, testConfig("worker", 1))
 	time.Sleep(300 * time.Millisecond)
 	l, err := Listen(addr, testConfig("server", 0))
 	if err != nil {
