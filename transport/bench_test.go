@@ -62,38 +62,22 @@ func benchLoopback(b *testing.B, reuse bool, ring int) {
 		b.Fatalf("shared memory: %v, want %v", cli.SharedMemory(), want)
 	}
 
+	var buf []byte
+	if reuse {
+		buf = make([]byte, benchFrame)
+	}
 	payload := make([]byte, benchFrame)
-	b.SetBytes(benchFrame)
-	b.ResetTimer()
-	done := make(chan error, 1)
-	n := b.N
-	go func() {
-		var buf []byte
-		if reuse {
-			buf = make([]byte, benchFrame)
-		}
-		for range n {
-			f, err := srv.RecvInto(buf)
-			if err == nil && len(f.Payload) != benchFrame {
-				err = io.ErrShortBuffer
-			}
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
 	window := make(chan struct{}, 4)
-	for i := range n {
-		window <- struct{}{}
-		if err := cli.SendNotify(Frame{Header: Header{Kind: KindPush, Priority: uint64(i)}, Payload: payload}, func(error) { <-window }); err != nil {
-			b.Fatal(err)
+	benchFrames(b, func() error {
+		f, err := srv.RecvInto(buf)
+		if err == nil && len(f.Payload) != benchFrame {
+			err = io.ErrShortBuffer
 		}
-	}
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+		return err
+	}, func(i int) error {
+		window <- struct{}{}
+		return cli.SendNotify(Frame{Header: Header{Kind: KindPush, Priority: uint64(i)}, Payload: payload}, func(error) { <-window })
+	})
 }
 
 // BenchmarkRawTCP moves the same bytes (52-byte header + 4 MiB payload per
@@ -106,28 +90,41 @@ func BenchmarkRawTCP(b *testing.B) {
 
 	hdr := Header{Kind: KindPush, Length: benchFrame}.Append(nil)
 	payload := make([]byte, benchFrame)
+	h := make([]byte, HeaderSize)
+	buf := make([]byte, benchFrame)
+	benchFrames(b, func() error {
+		if _, err := io.ReadFull(srv, h); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(srv, buf)
+		return err
+	}, func(int) error {
+		bufs := net.Buffers{hdr, payload}
+		_, err := bufs.WriteTo(cli)
+		return err
+	})
+}
+
+// benchFrames times b.N frames of benchFrame bytes: send(i) writes frame i
+// while receive, in a goroutine of its own, takes one frame a call. The
+// benchmarks compared with one another share it so that they time the
+// same thing.
+func benchFrames(b *testing.B, receive func() error, send func(i int) error) {
 	b.SetBytes(benchFrame)
 	b.ResetTimer()
 	done := make(chan error, 1)
 	n := b.N
 	go func() {
-		h := make([]byte, HeaderSize)
-		buf := make([]byte, benchFrame)
 		for range n {
-			if _, err := io.ReadFull(srv, h); err != nil {
-				done <- err
-				return
-			}
-			if _, err := io.ReadFull(srv, buf); err != nil {
+			if err := receive(); err != nil {
 				done <- err
 				return
 			}
 		}
 		done <- nil
 	}()
-	for range n {
-		bufs := net.Buffers{hdr, payload}
-		if _, err := bufs.WriteTo(cli); err != nil {
+	for i := range n {
+		if err := send(i); err != nil {
 			b.Fatal(err)
 		}
 	}
