@@ -11,11 +11,8 @@ import (
 	"github.com/autobyte/autobyte/internal/sumorder"
 )
 
-// orderValues returns each of size ranks' n values for one piece, drawn
-// from sumorder.Pool by a generator seeded with seed.
-func orderValues(seed uint64, size, n int) [][]float32 {
-	return sumorder.Values(rand.New(rand.NewPCG(seed, 17)), size, n)
-}
+// valuesStream is the PCG stream of this package's sumorder.Values.
+const valuesStream = 17
 
 // ringSum is the order the package comment states: element i of chunk c is
 // summed along the ring from rank c, ((g_c + g_c+1) + g_c+2) + ... +
@@ -99,7 +96,7 @@ func TestRingOrder(t *testing.T) {
 				if k%6 == 0 {
 					n = 1 + rng.IntN(size) // fewer elements than chunks
 				}
-				vals[k] = orderValues(uint64(1000*size+k), size, n)
+				vals[k] = sumorder.Values(uint64(1000*size+k), valuesStream, size, n)
 			}
 			none := func(int, int) time.Duration { return 0 }
 			byPiece := func(_, k int) uint64 { return uint64(k) }
@@ -156,7 +153,7 @@ func TestRingOrder(t *testing.T) {
 func TestRingOrderIsSensitive(t *testing.T) {
 	for _, size := range []int{2, 3, 4, 5, 8} {
 		const n = 301
-		vals := orderValues(uint64(size), size, n)
+		vals := sumorder.Values(uint64(size), valuesStream, size, n)
 		ring := ringSum(vals)
 		rng := rand.New(rand.NewPCG(uint64(size), 3))
 		rankOrder := make([]int, size)

@@ -13,11 +13,8 @@ import (
 	"github.com/autobyte/autobyte/transport"
 )
 
-// orderValues returns each of workers ranks' n values, drawn from
-// sumorder.Pool by a generator seeded with seed.
-func orderValues(seed uint64, workers, n int) [][]float32 {
-	return sumorder.Values(rand.New(rand.NewPCG(seed, 99)), workers, n)
-}
+// valuesStream is the PCG stream of this package's sumorder.Values.
+const valuesStream = 99
 
 func identity(n int) []int {
 	p := make([]int, n)
@@ -135,7 +132,7 @@ func TestRankOrderSums(t *testing.T) {
 	for w := 1; w <= 8; w++ {
 		for _, n := range []int{1, 3, 17, 301} {
 			for _, unaligned := range []bool{false, true} {
-				vals := orderValues(uint64(100*w+n), w, n)
+				vals := sumorder.Values(uint64(100*w+n), valuesStream, w, n)
 				want := sumorder.InOrder(vals, identity(w))
 				for _, order := range arrivalOrders(w, 150, rng) {
 					s, err := New(Options{Workers: w, Logger: quiet})
@@ -178,7 +175,7 @@ func TestArrivalOrderIsCaught(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for w := 1; w <= 8; w++ {
 		const n = 17
-		vals := orderValues(uint64(100*w+n), w, n)
+		vals := sumorder.Values(uint64(100*w+n), valuesStream, w, n)
 		want := sumorder.InOrder(vals, identity(w))
 		orders := arrivalOrders(w, 150, rng)
 		differ := 0
@@ -224,7 +221,7 @@ func wirePieces(it uint32) []piece {
 
 // wireValues are every rank's values for piece p.
 func wireValues(w int, p piece) [][]float32 {
-	return orderValues(uint64(p.iter)<<32|uint64(p.key)<<16|uint64(p.piece)<<8|uint64(p.aux), w, p.elems)
+	return sumorder.Values(uint64(p.iter)<<32|uint64(p.key)<<16|uint64(p.piece)<<8|uint64(p.aux), valuesStream, w, p.elems)
 }
 
 // pushInOrder has the workers push every piece of wirePieces(it) one

@@ -13,8 +13,11 @@ import (
 // addition changes their sum: (1e8 + 1) + -1e8 is 0, (1e8 + -1e8) + 1 is 1.
 var Pool = []float32{1e8, -1e8, 1, -1, 3, 0.5, 1e-3, 1 << 24, -(1 << 24), 7e7, -3e7, 0.1, 33554431}
 
-// Values returns each of ranks ranks' n values, drawn from Pool by rng.
-func Values(rng *rand.Rand, ranks, n int) [][]float32 {
+// Values returns each of ranks ranks' n values, drawn from Pool by a PCG
+// generator seeded with seed and stream: the same arguments give the same
+// values.
+func Values(seed, stream uint64, ranks, n int) [][]float32 {
+	rng := rand.New(rand.NewPCG(seed, stream))
 	v := make([][]float32, ranks)
 	for r := range v {
 		v[r] = make([]float32, n)

@@ -1,9 +1,6 @@
 package sumorder
 
-import (
-	"math/rand/v2"
-	"testing"
-)
+import "testing"
 
 // TestInOrder: the order of addition shows in the bits, as Pool's comment
 // says, and FirstDiff finds the element.
@@ -24,8 +21,8 @@ func TestInOrder(t *testing.T) {
 // TestValues: every value comes from Pool, and the same generator gives
 // the same values.
 func TestValues(t *testing.T) {
-	v := Values(rand.New(rand.NewPCG(1, 2)), 3, 50)
-	w := Values(rand.New(rand.NewPCG(1, 2)), 3, 50)
+	v := Values(1, 2, 3, 50)
+	w := Values(1, 2, 3, 50)
 	if len(v) != 3 || len(v[2]) != 50 {
 		t.Fatalf("Values(3 ranks, 50): %d ranks, %d values", len(v), len(v[2]))
 	}
