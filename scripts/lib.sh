@@ -13,6 +13,25 @@ verified_time() {
   echo "$t"
 }
 
+# launch_rounds RUNS ROUNDS FLAG VARIANTS CMD...: runs the `autobyte launch`
+# command line CMD with `FLAG VARIANT --json` ROUNDS times for each variant
+# (VARIANTS is a list of words), the variants alternating so that drift on
+# the testbed hits them alike, and appends each run's verified iteration
+# time to the caller's associative array named RUNS, under the variant.
+launch_rounds() {
+  local -n times=$1
+  local rounds=$2 flag=$3 variants=$4 r v out t
+  shift 4
+  for r in $(seq "$rounds"); do
+    for v in $variants; do
+      out=$("$@" "$flag" "$v" --json 2>/dev/null)
+      t=$(verified_time "$out" "round $r $v")
+      times[$v]="${times[$v]:-} $t"
+      echo "round $r $v: $t s" >&2
+    done
+  done
+}
+
 # json_time: the iteration_time_s of the JSON object on stdin (e.g. of
 # `autobyte sim --json`).
 json_time() {

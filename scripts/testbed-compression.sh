@@ -17,15 +17,9 @@ if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
 topo=(--servers "$servers")
 [ "$servers" = 0 ] && topo=(--arch allreduce)
 declare -A runs
-for r in $(seq "$rounds"); do
-  for c in none bf16 fp16; do
-    out=$("$ab" launch --testbed abcomp --model "$model" --workers "$workers" "${topo[@]}" \
-        --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --compression "$c" --json 2>/dev/null)
-    m=$(verified_time "$out" "round $r $c")
-    runs[$c]="${runs[$c]:-} $m"
-    echo "round $r $c: $m s" >&2
-  done
-done
+launch_rounds runs "$rounds" --compression "none bf16 fp16" \
+  "$ab" launch --testbed abcomp --model "$model" --workers "$workers" "${topo[@]}" \
+  --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale"
 base=$(median ${runs[none]})
 printf "%-12s %10s %10s %8s %8s  %s\n" compression measured_s simulated_s diff speedup rounds
 for c in none bf16 fp16; do

@@ -18,15 +18,9 @@ simflags=("$@")
 ab=${AUTOBYTE_BIN:-/tmp/autobyte-fidelity}
 if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
 declare -A runs
-for r in $(seq "$rounds"); do
-  for s in fifo bytescheduler; do
-    out=$("$ab" launch --testbed abfid --model "$model" --workers "$workers" --servers "$servers" \
-        --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --scheduler "$s" --json 2>/dev/null)
-    m=$(verified_time "$out" "round $r $s")
-    runs[$s]="${runs[$s]:-} $m"
-    echo "round $r $s: $m s" >&2
-  done
-done
+launch_rounds runs "$rounds" --scheduler "fifo bytescheduler" \
+  "$ab" launch --testbed abfid --model "$model" --workers "$workers" --servers "$servers" \
+  --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale"
 printf "%-14s %10s %10s %8s  %s\n" scheduler measured_s simulated_s diff rounds
 for s in fifo bytescheduler; do
   med=$(median ${runs[$s]})
