@@ -141,7 +141,7 @@ func (d DType) Encode(dst []byte, src []float32, exp int) {
 			put16(dst, i, bf16(v))
 		}
 	case F16:
-		if exp < -126 || exp > 127 { // 2^exp beyond float32's range (tiny data): scale in float64
+		if !float32Scale(exp) { // 2^exp beyond float32's range (tiny data): scale in float64
 			s := math.Ldexp(1, exp)
 			for i, v := range src {
 				put16(dst, i, f32to16(float32(float64(v)*s)))
@@ -173,16 +173,16 @@ func (d DType) Decode(dst []float32, src []byte, exp int) {
 		if u, ok := u16s(src); ok {
 			u = u[:len(dst)]
 			for i, h := range u {
-				dst[i] = math.Float32frombits(uint32(h) << 16)
+				dst[i] = bf16to32(h)
 			}
 			return
 		}
 		for i := range dst {
-			dst[i] = math.Float32frombits(uint32(get16(src, i)) << 16)
+			dst[i] = bf16to32(get16(src, i))
 		}
 	case F16:
 		s := math.Ldexp(1, -exp)
-		if u, ok := u16s(src); ok && exp >= -126 && exp <= 127 {
+		if u, ok := u16s(src); ok && float32Scale(exp) {
 			sf := float32(s) // see Add
 			u = u[:len(dst)]
 			for i, h := range u {
@@ -206,16 +206,16 @@ func (d DType) Add(dst []float32, src []byte, exp int) {
 		if u, ok := u16s(src); ok {
 			u = u[:len(dst)]
 			for i, h := range u {
-				dst[i] += math.Float32frombits(uint32(h) << 16)
+				dst[i] += bf16to32(h)
 			}
 			return
 		}
 		for i := range dst {
-			dst[i] += math.Float32frombits(uint32(get16(src, i)) << 16)
+			dst[i] += bf16to32(get16(src, i))
 		}
 	case F16:
 		s := math.Ldexp(1, -exp)
-		if u, ok := u16s(src); ok && exp >= -126 && exp <= 127 {
+		if u, ok := u16s(src); ok && float32Scale(exp) {
 			// The scale is a float32 power of two: multiplying in float32
 			// is exact unless the product is subnormal, where float64's
 			// product rounded to float32 gives the same value.
@@ -260,14 +260,14 @@ func (d DType) AddRound(vals []float32, b []byte, exp int) int {
 		if u, ok := u16s(b); ok {
 			u = u[:len(vals)]
 			for i, h := range u {
-				r := bf16(vals[i] + math.Float32frombits(uint32(h)<<16))
+				r := bf16(vals[i] + bf16to32(h))
 				u[i] = r
-				vals[i] = math.Float32frombits(uint32(r) << 16)
+				vals[i] = bf16to32(r)
 			}
 			return 0
 		}
 	case F16:
-		if u, ok := u16s(b); ok && exp >= -126 && exp <= 127 {
+		if u, ok := u16s(b); ok && float32Scale(exp) {
 			// Pass 1 adds and finds the largest magnitude (Scale's rule),
 			// pass 2 encodes and keeps the encoded values.
 			in := float32(math.Ldexp(1, -exp))
@@ -281,7 +281,7 @@ func (d DType) AddRound(vals []float32, b []byte, exp int) int {
 				}
 			}
 			out := scaleOf(m) // in [-113, 127]: float32 powers of two
-			if out < -126 || out > 127 {
+			if !float32Scale(out) {
 				return d.Round(b, vals) // vals hold the sums already
 			}
 			sc, back := float32(math.Ldexp(1, out)), float32(math.Ldexp(1, -out))
@@ -315,6 +315,15 @@ func bf16(v float32) uint16 {
 	b += 0x7fff + (b>>16)&1
 	return uint16(b >> 16)
 }
+
+// bf16to32 is the float32 value of bfloat16 bits h, exactly (bfloat16 is
+// float32's upper half).
+func bf16to32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// float32Scale reports whether scaling by 2^exp or 2^-exp may be done in
+// float32: for exp in [-126, 127] both are float32 powers of two (2^-127 a
+// subnormal, still exact). Outside that range the loops scale in float64.
+func float32Scale(exp int) bool { return exp >= -126 && exp <= 127 }
 
 // f32to16 rounds v to float16, to nearest even (overflow to ±Inf, NaN to a
 // quiet NaN), with integer arithmetic on the bits: several times faster
