@@ -46,23 +46,23 @@ const (
 	AllReduce
 )
 
+// archNames serves both String and ParseArch, so that the names printed
+// are the names parsed.
+var archNames = [...]string{PS: "ps", AllReduce: "allreduce"}
+
 func (a Arch) String() string {
-	switch a {
-	case PS:
-		return "ps"
-	case AllReduce:
-		return "allreduce"
+	if a >= 0 && int(a) < len(archNames) {
+		return archNames[a]
 	}
 	return fmt.Sprintf("Arch(%d)", int(a))
 }
 
 // ParseArch parses "ps" or "allreduce".
 func ParseArch(s string) (Arch, error) {
-	switch s {
-	case "ps":
-		return PS, nil
-	case "allreduce":
-		return AllReduce, nil
+	for a, name := range archNames {
+		if s == name {
+			return Arch(a), nil
+		}
 	}
 	return 0, fmt.Errorf("unknown architecture %q (want ps or allreduce)", s)
 }

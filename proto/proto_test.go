@@ -445,6 +445,21 @@ func TestElementSize(t *testing.T) {
 	}
 }
 
+// ParseArch reads back every name String prints, and only those.
+func TestArchNames(t *testing.T) {
+	for _, a := range []Arch{PS, AllReduce} {
+		if got, err := ParseArch(a.String()); got != a || err != nil {
+			t.Errorf("ParseArch(%q) = %v, %v; want %v", a.String(), got, err, a)
+		}
+	}
+	if got := Arch(7).String(); got != "Arch(7)" {
+		t.Errorf("Arch(7).String() = %q", got)
+	}
+	if _, err := ParseArch("ring"); err == nil || err.Error() != `unknown architecture "ring" (want ps or allreduce)` {
+		t.Errorf("ParseArch(\"ring\"): %v", err)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	good := Config{Workers: 2, Arch: PS, Servers: 1, Tensors: threeLayers}
 	for _, c := range []struct {
