@@ -10,21 +10,17 @@ embedding's weights.
     autobyte launch --workers 3 --arch allreduce -- \\
         python3 examples/torch_bert.py --backend ddp --layers 2 --dim 128 --heads 4 --vocab 1000
 
-Needs transformers: current releases need torch >= 2.6, and 4.49 is the
-last that runs on torch 1.13 (.ci/run installs it in a venv over Debian's
-torch). Prints one JSON line (rank 0): backend, iteration_time_s
-(steady-state mean), final_loss, ...
+Needs transformers (torch_common.import_transformers says which release
+runs on which torch). Prints one JSON line (rank 0): backend,
+iteration_time_s (steady-state mean), final_loss, ...
 """
-
-import os
-
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a config, not a checkpoint: never reach the network
 
 import torch
 import torch.nn as nn
-import transformers
 
 import torch_common
+
+transformers = torch_common.import_transformers()
 
 PAD, MASK = 0, 1  # BertConfig's padding id (unused: no sequence is padded) and the id that masks a position
 

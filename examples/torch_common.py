@@ -81,6 +81,17 @@ def noisy_counting(gen, batch, length, n):
     return (start + torch.arange(length).unsqueeze(0) + noise) % n
 
 
+def import_transformers():
+    """Hugging Face transformers, offline: the examples build their models
+    from a config, never a checkpoint, so nothing may reach the network (the
+    variable is read when transformers is imported, hence before it). Current
+    releases need torch >= 2.6, and 4.49 is the last that runs on torch 1.13
+    (.ci/run installs it in a venv over Debian's torch)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import transformers
+    return transformers
+
+
 def compile_model(args, model):
     return torch.compile(model, backend=args.compile_backend)
 
