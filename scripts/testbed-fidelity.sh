@@ -8,7 +8,9 @@
 #   sudo scripts/testbed-fidelity.sh [MODEL] [RATE] [WORKERS] [SERVERS] [ITERATIONS] [COMPUTE_SCALE] [ROUNDS] [SIM_FLAGS...]
 #
 # SIM_FLAGS are passed to the simulator only (e.g. --message-cost 20us), to
-# test a model of the machine against the same measurements.
+# test a model of the machine against the same measurements. CONGESTION
+# (environment; default cubic, the testbed's default) is the hosts' TCP
+# congestion control.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib.sh
@@ -17,6 +19,11 @@ shift $(( $# < 7 ? $# : 7 ))
 simflags=("$@")
 ab=${AUTOBYTE_BIN:-/tmp/autobyte-fidelity}
 if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
+cc=${CONGESTION:-cubic}
+"$ab" testbed down --name abfid
+"$ab" testbed up --name abfid --hosts $((workers + servers)) --rate "$rate" --congestion "$cc" >/dev/null
+trap '"$ab" testbed down --name abfid' EXIT
+echo "hosts' TCP congestion control: $cc" >&2
 declare -A runs
 launch_rounds runs "$rounds" --scheduler "fifo bytescheduler" \
   "$ab" launch --testbed abfid --model "$model" --workers "$workers" --servers "$servers" \

@@ -41,6 +41,14 @@ const DefaultSubnet = "10.211.0"
 // MaxHosts is the largest number of hosts a testbed may have.
 const MaxHosts = 200
 
+// DefaultCongestion is the TCP congestion control every host uses when
+// Options.Congestion is empty: Linux's own default. A host namespace would
+// otherwise inherit whatever this machine's root namespace uses (BBR on
+// some), and that changes how flows share a shaped link enough to move
+// iteration times by 20% (docs/runtime.md, "The simulator predicts real
+// runs"), so a testbed names its choice rather than inheriting it.
+const DefaultCongestion = "cubic"
+
 // StateDir holds one JSON state file per testbed, testbed-NAME.json.
 var StateDir = "/run/autobyte"
 
@@ -61,6 +69,10 @@ type Options struct {
 	// Subnet is the first three octets of a private IPv4 /24 used only inside
 	// the testbed's namespaces; "" means DefaultSubnet.
 	Subnet string
+	// Congestion is the TCP congestion control algorithm of every host
+	// (net.ipv4.tcp_congestion_control in its namespace), e.g. "cubic",
+	// "bbr", "reno"; "" means DefaultCongestion. The kernel must offer it.
+	Congestion string
 }
 
 // Host is one emulated host.
@@ -83,8 +95,11 @@ type Testbed struct {
 	Bridge   string `json:"bridge"`
 	// Netem records whether the host links carry a netem leaf (delay
 	// support); without it, Set accepts only a zero delay.
-	Netem bool   `json:"netem"`
-	Hosts []Host `json:"hosts"`
+	Netem bool `json:"netem"`
+	// Congestion is the hosts' TCP congestion control (Options.Congestion);
+	// empty in the state of a testbed made before it was recorded.
+	Congestion string `json:"congestion,omitempty"`
+	Hosts      []Host `json:"hosts"`
 
 	mu sync.Mutex // serialises Set and the state-file rewrite
 }
@@ -113,6 +128,10 @@ const (
 var upHook func(host int) error
 
 var nameRE = regexp.MustCompile(`^[a-z0-9-]{1,8}$`)
+
+// congestionRE: the kernel's algorithm names are at most 15 characters
+// (TCP_CA_NAME_MAX less the NUL) of lower case, digits and '_'.
+var congestionRE = regexp.MustCompile(`^[a-z0-9_]{1,15}$`)
 
 // tool paths, resolved once.
 var (
@@ -236,8 +255,14 @@ func (o *Options) validate() error {
 	if o.Subnet == "" {
 		o.Subnet = DefaultSubnet
 	}
+	if o.Congestion == "" {
+		o.Congestion = DefaultCongestion
+	}
 	if err := checkName(o.Name); err != nil {
 		return err
+	}
+	if !congestionRE.MatchString(o.Congestion) {
+		return fmt.Errorf("testbed: congestion control %q invalid: want a kernel algorithm name such as cubic, bbr or reno", o.Congestion)
 	}
 	if o.Hosts < 1 || o.Hosts > MaxHosts {
 		return fmt.Errorf("testbed: hosts %d out of range 1..%d", o.Hosts, MaxHosts)
@@ -328,7 +353,7 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 		return nil, fmt.Errorf("testbed: %q already exists (namespaces %s); run Down first", o.Name, strings.Join(own, ", "))
 	}
 
-	t := &Testbed{Name: o.Name, Subnet: o.Subnet, SwitchNS: SwitchNamespace(o.Name), Bridge: bridgeIf}
+	t := &Testbed{Name: o.Name, Subnet: o.Subnet, SwitchNS: SwitchNamespace(o.Name), Bridge: bridgeIf, Congestion: o.Congestion}
 	var created []string
 	defer func() {
 		if err != nil {
@@ -390,6 +415,9 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 				return nil, err
 			}
 		}
+		if err := setCongestion(ctx, h.Namespace, o.Congestion); err != nil {
+			return nil, err
+		}
 		t.Hosts = append(t.Hosts, h)
 		if err := t.shape(ctx, h, false); err != nil {
 			return nil, err
@@ -404,6 +432,38 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// congestionSysctl is the per-namespace default congestion control; new
+// sockets in the namespace use it.
+const congestionSysctl = "/proc/sys/net/ipv4/tcp_congestion_control"
+
+// setCongestion makes algo the TCP congestion control of namespace ns. The
+// write goes through a process inside ns (the sysctl is per namespace);
+// the kernel loads the algorithm's module if it has one and refuses a name
+// it does not know, and the error then lists the ones it offers.
+func setCongestion(ctx context.Context, ns, algo string) error {
+	ip, _, err := tools()
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, ip, "netns", "exec", ns, "tee", congestionSysctl)
+	cmd.Stdin = strings.NewReader(algo)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		offered, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+		return fmt.Errorf("testbed: setting TCP congestion control %q in %s: %v: %s (this kernel offers: %s)",
+			algo, ns, err, strings.TrimSpace(stderr.String()), strings.TrimSpace(string(offered)))
+	}
+	got, err := exec.CommandContext(ctx, ip, "netns", "exec", ns, "cat", congestionSysctl).Output()
+	if err != nil {
+		return fmt.Errorf("testbed: reading TCP congestion control in %s: %w", ns, err)
+	}
+	if g := strings.TrimSpace(string(got)); g != algo {
+		return fmt.Errorf("testbed: TCP congestion control in %s is %q after setting %q", ns, g, algo)
+	}
+	return nil
 }
 
 // Down removes testbed name: its namespaces (which takes their veths, bridge

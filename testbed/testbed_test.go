@@ -106,6 +106,9 @@ func TestOptionsValidation(t *testing.T) {
 		{func(o *Options) { o.Subnet = "8.8.8" }, `subnet "8.8.8"`},
 		{func(o *Options) { o.Subnet = "10.211" }, `subnet "10.211"`},
 		{func(o *Options) { o.Subnet = "10.211.300" }, `subnet "10.211.300"`},
+		{func(o *Options) { o.Congestion = "Cubic" }, `congestion control "Cubic"`},
+		{func(o *Options) { o.Congestion = "cubic; reboot" }, `congestion control "cubic; reboot"`},
+		{func(o *Options) { o.Congestion = "a_name_of_16_chr" }, `congestion control "a_name_of_16_chr"`},
 	}
 	for _, c := range cases {
 		o := good
@@ -121,7 +124,7 @@ func TestOptionsValidation(t *testing.T) {
 	}
 	o := Options{Hosts: 1, RateBps: 1}
 	o.RateBps = 125e6
-	if err := o.validate(); err != nil || o.Name != DefaultName || o.Subnet != DefaultSubnet {
+	if err := o.validate(); err != nil || o.Name != DefaultName || o.Subnet != DefaultSubnet || o.Congestion != DefaultCongestion {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
 	if err := Down(context.Background(), "BAD!"); err == nil {
@@ -223,6 +226,17 @@ func TestUpConnectDown(t *testing.T) {
 		t.Errorf("Load = %+v, want %+v", ld, tb)
 	}
 
+	// Every host runs the default congestion control, whatever the root
+	// namespace's is, and the state records it.
+	if ld.Congestion != DefaultCongestion {
+		t.Errorf("state congestion %q, want %q", ld.Congestion, DefaultCongestion)
+	}
+	for _, h := range tb.Hosts {
+		if got := congestionOf(t, h.Namespace); got != DefaultCongestion {
+			t.Errorf("%s: tcp_congestion_control %q, want %q", h.Namespace, got, DefaultCongestion)
+		}
+	}
+
 	// Lo is up in every namespace, and hosts reach each other.
 	for _, ns := range want {
 		out, err := runIP(ctx, "-n", ns, "-o", "link", "show", "lo")
@@ -299,6 +313,63 @@ func TestUpCleansUpOnFailure(t *testing.T) {
 	if _, err := os.Stat(StatePath(name)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("failed Up left state file: %v", err)
 	}
+}
+
+// TestCongestion: a testbed's hosts use the algorithm asked for, not the
+// root namespace's; a name the kernel does not know fails naming it and
+// what the kernel offers, and leaves nothing behind.
+func TestCongestion(t *testing.T) {
+	requireRoot(t)
+	ctx := context.Background()
+	root := strings.TrimSpace(readFile(t, "/proc/sys/net/ipv4/tcp_congestion_control"))
+	want := "reno" // built into every kernel
+	if root == want {
+		want = DefaultCongestion
+	}
+	name := uniqueName()
+	t.Cleanup(func() { Down(context.Background(), name) })
+	tb, err := Up(ctx, Options{Name: name, Hosts: 2, RateBps: 1e6, Congestion: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range tb.Hosts {
+		if got := congestionOf(t, h.Namespace); got != want {
+			t.Errorf("%s: tcp_congestion_control %q, want %q (root namespace: %q)", h.Namespace, got, want, root)
+		}
+	}
+	if got := strings.TrimSpace(readFile(t, "/proc/sys/net/ipv4/tcp_congestion_control")); got != root {
+		t.Errorf("root namespace's congestion control changed from %q to %q", root, got)
+	}
+	if err := Down(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+
+	_, err = Up(ctx, Options{Name: name, Hosts: 2, RateBps: 1e6, Congestion: "nosuchalgo"})
+	if err == nil || !strings.Contains(err.Error(), `"nosuchalgo"`) || !strings.Contains(err.Error(), "offers: ") {
+		t.Fatalf("Up with an unknown algorithm = %v, want an error naming it and what the kernel offers", err)
+	}
+	if left := hasPrefix(netnsList(t), name+"-"); len(left) > 0 {
+		t.Errorf("failed Up left namespaces %v", left)
+	}
+}
+
+// congestionOf is the TCP congestion control of namespace ns.
+func congestionOf(t *testing.T, ns string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "cat", congestionSysctl).Output()
+	if err != nil {
+		t.Fatalf("reading %s in %s: %v", congestionSysctl, ns, err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // transfer moves traffic from host 0 to host 1 (nbytes, or for secs seconds

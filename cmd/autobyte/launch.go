@@ -175,7 +175,7 @@ process fails, the rest are stopped within a few seconds.`
 		"(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_; see docs/pytorch.md) unless its environment sets them; false leaves glibc's defaults")
 	cmd.Flags().Bool("shm", true, "carry the bytes between processes of one host through shared memory; false keeps them on TCP "+
 		"(hosts of a testbed are apart and use TCP either way)")
-	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
+	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist, its hosts on TCP cubic: 'autobyte testbed up --congestion' makes one with another); --bandwidth is then each host's tc rate")
 	tf.register(cmd)
 	cmd.Long += `
 

@@ -19,7 +19,7 @@ pairs to a bridge in NAME-sw, with a tc rate (and, where the kernel has netem,
 a delay) per host and direction. 'autobyte launch --testbed NAME' runs each
 process in its own host. See docs/testbed.md.`,
 	}
-	var name, rate, delay string
+	var name, rate, delay, congestion string
 	var hosts int
 	up := &cobra.Command{
 		Use:   "up",
@@ -34,7 +34,7 @@ process in its own host. See docs/testbed.md.`,
 			if err != nil {
 				return fmt.Errorf("--delay: %w", err)
 			}
-			t, err := testbed.Up(context.Background(), testbed.Options{Name: name, Hosts: hosts, RateBps: r, DelayS: d})
+			t, err := testbed.Up(context.Background(), testbed.Options{Name: name, Hosts: hosts, RateBps: r, DelayS: d, Congestion: congestion})
 			if err != nil {
 				return err
 			}
@@ -48,6 +48,7 @@ process in its own host. See docs/testbed.md.`,
 	up.Flags().IntVar(&hosts, "hosts", 6, "number of hosts")
 	up.Flags().StringVar(&rate, "rate", "1Gbps", "each host's rate per direction")
 	up.Flags().StringVar(&delay, "delay", "0", "one-way delay between two hosts (needs netem in the kernel)")
+	up.Flags().StringVar(&congestion, "congestion", testbed.DefaultCongestion, "every host's TCP congestion control (one the kernel offers: cubic, bbr, reno, ...)")
 
 	var downName string
 	down := &cobra.Command{
