@@ -79,7 +79,7 @@ testbed)
 		for c in 16MB default; do
 			extra=()
 			if [ "$c" = 16MB ]; then extra=(--credit 16MB); fi
-			out=$("$bin" launch --testbed abdc "${job[@]}" "${extra[@]}" --json 2>/dev/null)
+			out=$("$bin" launch --testbed abdc --congestion "${CONGESTION:-cubic}" "${job[@]}" "${extra[@]}" --json 2>/dev/null)
 			t=$(verified_time "$out" "round $r credit $c")
 			runs[$c]="${runs[$c]:-} $t"
 			echo "round $r credit $c: $t s" >&2

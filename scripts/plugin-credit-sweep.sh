@@ -19,7 +19,7 @@ ab=/tmp/autobyte-credit-sweep bed=abcs
 trap '$ab testbed down --name $bed >/dev/null 2>&1 || true' EXIT
 for rate in $rates; do
   $ab testbed down --name $bed >/dev/null 2>&1 || true
-  $ab testbed up --name $bed --hosts $((2 * workers)) --rate "$rate" >/dev/null
+  $ab testbed up --name $bed --hosts $((2 * workers)) --rate "$rate" --congestion "${CONGESTION:-cubic}" >/dev/null
   for c in $credits; do
     # shellcheck disable=SC2086 # $args is a list of arguments
     step=$($ab launch --testbed $bed --bandwidth "$rate" --workers "$workers" --servers "$workers" --partition "$part" --credit "$c" \

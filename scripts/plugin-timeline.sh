@@ -23,7 +23,7 @@ ab=/tmp/autobyte-timeline
 bed=abtl
 servers=0
 for ((i = 0; i < ${#flags[@]}; i++)); do [ "${flags[i]}" = --servers ] && servers=${flags[i + 1]}; done
-$ab testbed up --name $bed --hosts $((workers + servers)) --rate "$rate" >/dev/null
+$ab testbed up --name $bed --hosts $((workers + servers)) --rate "$rate" --congestion "${CONGESTION:-cubic}" >/dev/null
 trap '$ab testbed down --name $bed >/dev/null 2>&1 || true' EXIT
 for c in $credits; do
   rm -rf "$out/credit-$c"

@@ -16,7 +16,7 @@ goodput=$(awk -v n="$num" 'BEGIN { printf "%.6g", n * 1448 / 1514 }')$unit
 printf "%-14s %10s %10s %8s  %s\n" scheduler measured_s simulated_s diff verified
 declare -A measured
 for s in fifo bytescheduler; do
-  read -r m v < <($ab launch --testbed abcmp --model "$model" --workers "$workers" --servers "$servers" \
+  read -r m v < <($ab launch --testbed abcmp --congestion "${CONGESTION:-cubic}" --model "$model" --workers "$workers" --servers "$servers" \
       --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale" --scheduler "$s" --json 2>/dev/null |
     python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["iteration_time_s"], d["verified"])')
   p=$($ab sim --model "$model" --workers "$workers" --servers "$servers" --bandwidth "$goodput" --latency 100us \

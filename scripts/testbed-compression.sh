@@ -18,7 +18,7 @@ topo=(--servers "$servers")
 [ "$servers" = 0 ] && topo=(--arch allreduce)
 declare -A runs
 launch_rounds runs "$rounds" --compression "none bf16 fp16" \
-  "$ab" launch --testbed abcomp --model "$model" --workers "$workers" "${topo[@]}" \
+  "$ab" launch --testbed abcomp --congestion "${CONGESTION:-cubic}" --model "$model" --workers "$workers" "${topo[@]}" \
   --bandwidth "$rate" --iterations "$iters" --compute-scale "$scale"
 base=$(median ${runs[none]})
 printf "%-12s %10s %10s %8s %8s  %s\n" compression measured_s simulated_s diff speedup rounds

@@ -94,7 +94,7 @@ def main():
     ab = os.environ.get("AUTOBYTE", "/tmp/autobyte-duplex")
     subprocess.run(["go", "build", "-o", ab, "./cmd/autobyte"], cwd=ROOT, check=True)
     subprocess.run([ab, "testbed", "down", "--name", bed], capture_output=True)
-    subprocess.run([ab, "testbed", "up", "--name", bed, "--hosts", "4", "--rate", "1Gbps"], check=True, capture_output=True)
+    subprocess.run([ab, "testbed", "up", "--name", bed, "--hosts", "4", "--rate", "1Gbps", "--congestion", os.environ.get("CONGESTION", "cubic")], check=True, capture_output=True)
     try:
         subprocess.run([ab, "testbed", "set", "--name", bed, "--host", "1", "--rate", rate], check=True)
         addr = {}

@@ -13,10 +13,10 @@ cd "$(dirname "$0")/.."
 model=${1:-resnet50} scale=${2:-8} sched=${3:-fifo} secs=${4:-8}
 ab=${AUTOBYTE_BIN:-/tmp/autobyte-link-usage}
 if [ -z "${AUTOBYTE_BIN:-}" ]; then go build -o "$ab" ./cmd/autobyte; fi
-"$ab" launch --testbed abuse --model "$model" --workers 4 --servers 2 --bandwidth 1Gbps \
+"$ab" launch --testbed abuse --congestion "${CONGESTION:-cubic}" --model "$model" --workers 4 --servers 2 --bandwidth 1Gbps \
   --iterations 40 --compute-scale "$scale" --scheduler "$sched" --json >/dev/null 2>&1 &
 job=$!
-trap 'kill $job 2>/dev/null || true' EXIT
+trap 'kill $job 2>/dev/null || true; wait $job 2>/dev/null || true' EXIT
 for _ in $(seq 60); do ip netns list | grep -q '^abuse-h5' && break; sleep 0.5; done
 sleep 10 # past the first iterations
 python3 - "$secs" <<'PY'

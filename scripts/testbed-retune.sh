@@ -37,7 +37,7 @@ runs=(autobyte "${cands[@]}")
 # The testbed: one host per process, every host at the trace's first rate.
 $ab testbed down --name $bed >/dev/null 2>&1 || true
 first=${trace%%,*}
-$ab testbed up --name $bed --hosts $((workers + servers)) --rate "${first#*:}" >/dev/null
+$ab testbed up --name $bed --hosts $((workers + servers)) --rate "${first#*:}" --congestion "${CONGESTION:-cubic}" >/dev/null
 
 for r in $(seq 1 "$repeats"); do
   for run in "${runs[@]}"; do

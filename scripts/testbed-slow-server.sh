@@ -47,7 +47,7 @@ echo "simulator: best static partition $part B, credit $credit B, weights $weigh
 runs=(autobyte "$part:$credit:$weights" "$part:$credit:even" "4000000:16000000:$weights" "4000000:16000000:even")
 
 $ab testbed down --name $bed >/dev/null 2>&1 || true
-$ab testbed up --name $bed --hosts 6 --rate 1Gbps >/dev/null
+$ab testbed up --name $bed --hosts 6 --rate 1Gbps --congestion "${CONGESTION:-cubic}" >/dev/null
 
 flags_of() { # RUN -> the tuner's flags
   local run=$1

@@ -49,7 +49,7 @@ def parse_variant(spec):
 
 
 def run(ab, bed, args, launch, script_flags, env):
-    where = [] if args.loopback else ["--testbed", bed, "--bandwidth", args.rate]
+    where = [] if args.loopback else ["--testbed", bed, "--bandwidth", args.rate, "--congestion", os.environ.get("CONGESTION", "cubic")]
     cmd = [ab, "launch"] + where + ["--workers", str(args.workers)] + launch + ["--", args.python] + args.script + script_flags
     t0 = time.monotonic()
     p = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=args.timeout,

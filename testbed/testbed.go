@@ -261,8 +261,8 @@ func (o *Options) validate() error {
 	if err := checkName(o.Name); err != nil {
 		return err
 	}
-	if !congestionRE.MatchString(o.Congestion) {
-		return fmt.Errorf("testbed: congestion control %q invalid: want a kernel algorithm name such as cubic, bbr or reno", o.Congestion)
+	if err := checkCongestion(o.Congestion); err != nil {
+		return err
 	}
 	if o.Hosts < 1 || o.Hosts > MaxHosts {
 		return fmt.Errorf("testbed: hosts %d out of range 1..%d", o.Hosts, MaxHosts)
@@ -271,6 +271,13 @@ func (o *Options) validate() error {
 		return err
 	}
 	return checkSubnet(o.Subnet)
+}
+
+func checkCongestion(algo string) error {
+	if !congestionRE.MatchString(algo) {
+		return fmt.Errorf("testbed: congestion control %q invalid: want a kernel algorithm name such as cubic, bbr or reno", algo)
+	}
+	return nil
 }
 
 func checkName(name string) error {
@@ -557,6 +564,24 @@ func (t *Testbed) Set(ctx context.Context, host int, rateBps, delayS float64) er
 		return err
 	}
 	t.Hosts[host] = h
+	return t.save()
+}
+
+// SetCongestion makes algo the TCP congestion control of every host (see
+// Options.Congestion); connections opened afterwards use it. It updates
+// the state file.
+func (t *Testbed) SetCongestion(ctx context.Context, algo string) error {
+	if err := checkCongestion(algo); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.Hosts {
+		if err := setCongestion(ctx, h.Namespace, algo); err != nil {
+			return err
+		}
+	}
+	t.Congestion = algo
 	return t.save()
 }
 

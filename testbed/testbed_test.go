@@ -340,6 +340,21 @@ func TestCongestion(t *testing.T) {
 	if got := strings.TrimSpace(readFile(t, "/proc/sys/net/ipv4/tcp_congestion_control")); got != root {
 		t.Errorf("root namespace's congestion control changed from %q to %q", root, got)
 	}
+	// SetCongestion changes every host of a running testbed and its state.
+	if err := tb.SetCongestion(ctx, root); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range tb.Hosts {
+		if got := congestionOf(t, h.Namespace); got != root {
+			t.Errorf("after SetCongestion(%q): %s has %q", root, h.Namespace, got)
+		}
+	}
+	if ld, err := Load(name); err != nil || ld.Congestion != root {
+		t.Errorf("state after SetCongestion(%q): %+v, %v", root, ld, err)
+	}
+	if err := tb.SetCongestion(ctx, "no such"); err == nil || !strings.Contains(err.Error(), `"no such"`) {
+		t.Errorf("SetCongestion(\"no such\") = %v, want an error naming it", err)
+	}
 	if err := Down(ctx, name); err != nil {
 		t.Fatal(err)
 	}

@@ -63,6 +63,9 @@ the failed process's error.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, script []string) error {
+			if cmd.Flags().Changed("congestion") && bedName == "" {
+				return fmt.Errorf("--congestion needs --testbed: on loopback every process shares this machine's TCP settings")
+			}
 			if len(script) > 0 {
 				return runScriptLaunch(cmd, &f, script, bedName, traceDir, logLevel, peerTimeout)
 			}
@@ -175,7 +178,8 @@ process fails, the rest are stopped within a few seconds.`
 		"(MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_; see docs/pytorch.md) unless its environment sets them; false leaves glibc's defaults")
 	cmd.Flags().Bool("shm", true, "carry the bytes between processes of one host through shared memory; false keeps them on TCP "+
 		"(hosts of a testbed are apart and use TCP either way)")
-	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist, its hosts on TCP cubic: 'autobyte testbed up --congestion' makes one with another); --bandwidth is then each host's tc rate")
+	cmd.Flags().StringVar(&bedName, "testbed", "", "run each process in its own host of this testbed (root; created for the run if it does not exist); --bandwidth is then each host's tc rate")
+	cmd.Flags().String("congestion", "", "with --testbed: the hosts' TCP congestion control for this run (cubic, bbr, reno, ...; default: cubic on a testbed created for the run, an existing one's as it is)")
 	tf.register(cmd)
 	cmd.Long += `
 
@@ -296,19 +300,24 @@ func prepareTestbed(ctx context.Context, cmd *cobra.Command, name string, hosts 
 	if err := testbed.Available(); err != nil {
 		return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
 	}
+	congestion, _ := cmd.Flags().GetString("congestion")
 	rateBps := rates.o.BandwidthAt(0)
 	cleanup, created := func() {}, false
 	bed, err := testbed.Load(name)
 	if err != nil {
 		created = true
-		bed, err = testbed.Up(ctx, testbed.Options{Name: name, Hosts: hosts, RateBps: rateBps})
+		bed, err = testbed.Up(ctx, testbed.Options{Name: name, Hosts: hosts, RateBps: rateBps, Congestion: congestion})
 		if err != nil {
 			return nil, nil, fmt.Errorf("--testbed %s: %w", name, err)
 		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s: %d hosts at %s (removed after the run)\n", name, hosts, units.FormatRate(rateBps))
+		fmt.Fprintf(cmd.ErrOrStderr(), "testbed %s: %d hosts at %s, TCP %s (removed after the run)\n", name, hosts, units.FormatRate(rateBps), bed.Congestion)
 		cleanup = func() { _ = testbed.Down(context.Background(), name) }
 	} else if len(bed.Hosts) < hosts {
 		return nil, nil, fmt.Errorf("--testbed %s has %d hosts, the job needs %d (workers + servers)", name, len(bed.Hosts), hosts)
+	} else if congestion != "" && congestion != bed.Congestion {
+		if err := bed.SetCongestion(ctx, congestion); err != nil {
+			return nil, nil, fmt.Errorf("--congestion %s: %w", congestion, err)
+		}
 	}
 	if cmd.Flags().Changed("bandwidth") || force {
 		for h := 0; h < hosts; h++ {

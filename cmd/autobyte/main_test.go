@@ -353,6 +353,9 @@ func TestBadInput(t *testing.T) {
 		{[]string{"worker", "--model", "resnet50", "--workers", "3", "--partition", "8B", "--master", "127.0.0.1:1", "--token", "t"}, "--partition 8B: runtime:"},
 		// Flags that would do nothing are refused.
 		{[]string{"launch", "--model", "toy3", "--jitter", "0.1"}, "--jitter applies to autobyte sim only"},
+		{[]string{"launch", "--model", "toy3", "--congestion", "bbr"}, "--congestion needs --testbed"},
+		{[]string{"launch", "--workers", "2", "--congestion", "bbr", "--", "/bin/true"}, "--congestion needs --testbed"},
+		{[]string{"testbed", "up", "--name", "abbad", "--congestion", "BBR"}, `congestion control "BBR" invalid`},
 		{[]string{"worker", "--model", "toy3", "--jitter", "0.1", "--master", "127.0.0.1:1", "--token", "t"}, "--jitter applies to autobyte sim only"},
 		{[]string{"launch", "--workers", "2", "--admission", "strict", "--", "/bin/true"}, "--admission does not apply to a training command"},
 		{[]string{"launch", "--workers", "2", "--seed", "3", "--", "/bin/true"}, "--seed does not apply"},
