@@ -97,7 +97,7 @@ type Testbed struct {
 	// support); without it, Set accepts only a zero delay.
 	Netem bool `json:"netem"`
 	// Congestion is the hosts' TCP congestion control (Options.Congestion);
-	// empty in the state of a testbed made before it was recorded.
+	// empty when a state file does not record it.
 	Congestion string `json:"congestion,omitempty"`
 	Hosts      []Host `json:"hosts"`
 
