@@ -422,10 +422,10 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 				return nil, err
 			}
 		}
-		if err := setCongestion(ctx, h.Namespace, o.Congestion); err != nil {
+		t.Hosts = append(t.Hosts, h)
+		if err := t.setCongestion(ctx, i, o.Congestion); err != nil {
 			return nil, err
 		}
-		t.Hosts = append(t.Hosts, h)
 		if err := t.shape(ctx, h, false); err != nil {
 			return nil, err
 		}
@@ -445,16 +445,13 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 // sockets in the namespace use it.
 const congestionSysctl = "/proc/sys/net/ipv4/tcp_congestion_control"
 
-// setCongestion makes algo the TCP congestion control of namespace ns. The
-// write goes through a process inside ns (the sysctl is per namespace);
+// setCongestion makes algo the TCP congestion control of host. The write
+// goes through a process inside the host (the sysctl is per namespace);
 // the kernel loads the algorithm's module if it has one and refuses a name
 // it does not know, and the error then lists the ones it offers.
-func setCongestion(ctx context.Context, ns, algo string) error {
-	ip, _, err := tools()
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, ip, "netns", "exec", ns, "tee", congestionSysctl)
+func (t *Testbed) setCongestion(ctx context.Context, host int, algo string) error {
+	ns := t.Hosts[host].Namespace
+	cmd := t.Command(ctx, host, "tee", congestionSysctl)
 	cmd.Stdin = strings.NewReader(algo)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -463,7 +460,7 @@ func setCongestion(ctx context.Context, ns, algo string) error {
 		return fmt.Errorf("testbed: setting TCP congestion control %q in %s: %v: %s (this kernel offers: %s)",
 			algo, ns, err, strings.TrimSpace(stderr.String()), strings.TrimSpace(string(offered)))
 	}
-	got, err := exec.CommandContext(ctx, ip, "netns", "exec", ns, "cat", congestionSysctl).Output()
+	got, err := t.Command(ctx, host, "cat", congestionSysctl).Output()
 	if err != nil {
 		return fmt.Errorf("testbed: reading TCP congestion control in %s: %w", ns, err)
 	}
@@ -576,8 +573,8 @@ func (t *Testbed) SetCongestion(ctx context.Context, algo string) error {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for _, h := range t.Hosts {
-		if err := setCongestion(ctx, h.Namespace, algo); err != nil {
+	for h := range t.Hosts {
+		if err := t.setCongestion(ctx, h, algo); err != nil {
 			return err
 		}
 	}

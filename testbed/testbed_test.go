@@ -231,8 +231,8 @@ func TestUpConnectDown(t *testing.T) {
 	if ld.Congestion != DefaultCongestion {
 		t.Errorf("state congestion %q, want %q", ld.Congestion, DefaultCongestion)
 	}
-	for _, h := range tb.Hosts {
-		if got := congestionOf(t, h.Namespace); got != DefaultCongestion {
+	for i, h := range tb.Hosts {
+		if got := congestionOf(t, tb, i); got != DefaultCongestion {
 			t.Errorf("%s: tcp_congestion_control %q, want %q", h.Namespace, got, DefaultCongestion)
 		}
 	}
@@ -332,8 +332,8 @@ func TestCongestion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range tb.Hosts {
-		if got := congestionOf(t, h.Namespace); got != want {
+	for i, h := range tb.Hosts {
+		if got := congestionOf(t, tb, i); got != want {
 			t.Errorf("%s: tcp_congestion_control %q, want %q (root namespace: %q)", h.Namespace, got, want, root)
 		}
 	}
@@ -344,8 +344,8 @@ func TestCongestion(t *testing.T) {
 	if err := tb.SetCongestion(ctx, root); err != nil {
 		t.Fatal(err)
 	}
-	for _, h := range tb.Hosts {
-		if got := congestionOf(t, h.Namespace); got != root {
+	for i, h := range tb.Hosts {
+		if got := congestionOf(t, tb, i); got != root {
 			t.Errorf("after SetCongestion(%q): %s has %q", root, h.Namespace, got)
 		}
 	}
@@ -368,12 +368,12 @@ func TestCongestion(t *testing.T) {
 	}
 }
 
-// congestionOf is the TCP congestion control of namespace ns.
-func congestionOf(t *testing.T, ns string) string {
+// congestionOf is the TCP congestion control of tb's host.
+func congestionOf(t *testing.T, tb *Testbed, host int) string {
 	t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", ns, "cat", congestionSysctl).Output()
+	out, err := tb.Command(context.Background(), host, "cat", congestionSysctl).Output()
 	if err != nil {
-		t.Fatalf("reading %s in %s: %v", congestionSysctl, ns, err)
+		t.Fatalf("reading %s in host %d: %v", congestionSysctl, host, err)
 	}
 	return strings.TrimSpace(string(out))
 }
