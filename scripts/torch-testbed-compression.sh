@@ -4,14 +4,17 @@
 # bf16_compress_hook; autobyte on ring all-reduce (DDP's own hosts) in
 # float32 and with bf16 compression, and on parameter servers (4 hosts of
 # their own) in float32 and with bf16 compression; medians of ROUNDS alternating rounds,
-# for examples/torch_cnn.py and torchvision's ResNet-18. Writes
-# OUT/NAME.json (scripts/torch_compare.py); docs/runtime.md "16-bit
-# gradients and compression" holds the results.
+# for examples/torch_cnn.py, torchvision's ResNet-18 on 32x32 images (its
+# communication dwarfs its compute here) and on 64x64 images of 200 classes,
+# batch 128 (Tiny ImageNet's shape; compute about equal to communication).
+# Writes OUT/NAME.json (scripts/torch_compare.py); docs/runtime.md "16-bit
+# gradients and compression" holds the results. MODELS picks models by name
+# (default: all of them).
 #
-#   sudo scripts/torch-testbed-compression.sh [OUT] [ROUNDS]
+#   sudo scripts/torch-testbed-compression.sh [OUT] [ROUNDS] [MODELS]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=${1:-/tmp/autobyte-torch-compression} rounds=${2:-3}
+out=${1:-/tmp/autobyte-torch-compression} rounds=${2:-3} only=${3:-}
 mkdir -p "$out"
 py=${TORCH2:-${AUTOBYTE_TORCH2_VENV:-$HOME/.cache/autobyte/torch2-venv}/bin/python}
 cfg="--partition 1MB --credit 4MB"
@@ -30,9 +33,16 @@ variants=(
 models=(
   "cnn|examples/torch_cnn.py --iterations 12 --warmup 4"
   "resnet18|examples/torch_resnet.py --model resnet18 --iterations 6 --warmup 2"
+  "resnet18-64px|examples/torch_resnet.py --model resnet18 --image 64 --classes 200 --batch 128 --iterations 6 --warmup 2"
 )
+names=()
+for m in "${models[@]}"; do names+=("${m%%|*}"); done
+for want in $only; do
+  [[ " ${names[*]} " == *" $want "* ]] || { echo "unknown model '$want' in MODELS; known: ${names[*]}" >&2; exit 2; }
+done
 for m in "${models[@]}"; do
   name=${m%%|*} cmd=${m#*|}
+  [[ -z $only || " $only " == *" $name "* ]] || continue
   # shellcheck disable=SC2086 # cmd is a command line
   python3 scripts/torch_compare.py --rate 100Mbps --workers 4 --rounds "$rounds" --python "$py" \
     --out "$out/$name.json" "${variants[@]}" -- $cmd
