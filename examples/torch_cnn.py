@@ -42,29 +42,14 @@ def main():
     p = torch_common.parser(__doc__.splitlines()[0])
     p.add_argument("--width", type=int, default=64, help="channels of the first convolutions (64: 3.3M parameters)")
     p.add_argument("--batchnorm", type=int, default=1, help="1: BatchNorm after each convolution")
-    p.add_argument("--labels", choices=["random", "templates"], default="random",
-                   help="random: labels independent of the images (the loss stays near ln 10; for timing); templates: "
-                        "each image is noise plus 0.4 times a fixed random template of its class, which the model "
-                        "learns within about a hundred steps, so the loss curve shows what a change of arithmetic costs")
+    torch_common.image_label_flags(p)
     args = p.parse_args()
     torch_common.check(args)
     if args.width < 1:
         p.error("--width must be >= 1, got %d" % args.width)
     torch.manual_seed(args.seed)
     model = vgg(args.width, bool(args.batchnorm))
-
-    # The templates come from a generator of their own, so every rank has
-    # the same ones and the model's initial weights do not depend on them.
-    templates = torch.randn(10, 3, 32, 32, generator=torch.Generator().manual_seed(args.seed + 7919))
-
-    def batch(gen):
-        x = torch.randn(args.batch, 3, 32, 32, generator=gen)
-        y = torch.randint(0, 10, (args.batch,), generator=gen)
-        if args.labels == "templates":
-            x = x + 0.4 * templates[y]
-        return x, y
-
-    torch_common.train(args, model, batch, nn.functional.cross_entropy)
+    torch_common.train(args, model, torch_common.image_batches(args, 3, 32, 10), nn.functional.cross_entropy)
 
 
 if __name__ == "__main__":

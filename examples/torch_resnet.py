@@ -50,6 +50,7 @@ def main():
     p.add_argument("--classes", type=int, default=10)
     p.add_argument("--dropout", type=float, default=0.0,
                    help="mobilenet_v2's dropout (its own default is 0.2; 0 keeps runs of different backends comparable)")
+    torch_common.image_label_flags(p)
     args = p.parse_args()
     torch_common.check(args)
     if args.image < 8:
@@ -64,12 +65,7 @@ def main():
         args.lr = 0.001
     torch.manual_seed(args.seed)
     model = build(args.model, args.classes, args.dropout)
-
-    def batch(gen):
-        x = torch.randn(args.batch, 3, args.image, args.image, generator=gen)
-        y = torch.randint(0, args.classes, (args.batch,), generator=gen)
-        return x, y
-
+    batch = torch_common.image_batches(args, 3, args.image, args.classes)
     torch_common.train(args, model, batch, nn.functional.cross_entropy, extra={"model": args.model})
 
 
