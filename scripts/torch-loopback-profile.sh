@@ -41,11 +41,11 @@ kill -0 $job 2>/dev/null || { echo "torch-loopback-profile.sh: the job ended whi
 wait $job || { cat "$work/job.out" >&2; echo "torch-loopback-profile.sh: the job failed" >&2; exit 1; }
 perf report -i "$work/perf.data" --sort comm,dso --stdio --no-children 2>/dev/null >"$work/by-dso.txt"
 perf report -i "$work/perf.data" --sort comm,dso,sym --stdio --no-children 2>/dev/null >"$work/by-sym.txt"
-python3 - "$work" "$model" "$variant" <<'EOF'
+python3 - "$work" "$model" "$variant" "$(basename $ab)" <<'EOF'
 import re, sys
-work, model, variant = sys.argv[1:]
-rows = []  # (share %, comm, dso[, sym])
+work, model, variant, server_binary = sys.argv[1:]
 def read(name):
+    """perf report's rows: (share %, comm, dso, symbol or "")."""
     out = []
     for line in open(f"{work}/{name}"):
         m = re.match(r"\s*([\d.]+)%\s+(\S+)\s+(\S+)(?:\s+\[.\]\s+(.*))?", line)
@@ -61,7 +61,8 @@ def kind(comm, dso):
         return "kernel, in the workers' and servers' threads (autobyte's engine's among them)"
     if dso == "libautobyte.so":
         return "communication: autobyte engine in the workers"
-    if comm == "autobyte-loopba" or dso == "autobyte-loopback-profile":
+    # perf names a process by the first 15 characters of its binary's name.
+    if comm == server_binary[:15] or dso == server_binary:
         return "communication: autobyte servers"
     if comm == "python":
         return "training (torch, Python)"
@@ -74,7 +75,7 @@ print(f"{model}, {variant}, 3 workers on loopback: share of all CPU samples")
 for k, s in sorted(shares.items(), key=lambda x: -x[1]):
     print(f"  {s:6.2f}%  {k}")
 print("hottest communication symbols:")
-hot = [(s, comm, sym) for s, comm, dso, sym in read("by-sym.txt") if kind(comm, dso).startswith("communication") or sym.startswith(("gloo::", "_copy_"))]
+hot = [(s, comm, sym) for s, comm, dso, sym in read("by-sym.txt") if kind(comm, dso).startswith("communication")]
 for s, comm, sym in sorted(hot, reverse=True)[:6]:
     print(f"  {s:6.2f}%  {comm:16s} {sym[:90]}")
 EOF
