@@ -117,10 +117,13 @@ type AutoByteOptions struct {
 	// is enough: the tuner rebalances from that iteration alone, even
 	// while a trial, a verification or a proposal not yet in force is
 	// under way (which is dropped). Rates within WeightsEven (default 0.5)
-	// of one another give even weights: servers of one speed measure up to
-	// 45% apart (which pieces each holds, in which order), and chasing
-	// that only delays the search of partition and credit; a server slower
-	// than that is what the knob is for. After three rebalances reverted
+	// of one another give even weights, and a server within WeightsEven of
+	// the fastest is weighed as the fastest: servers of one speed measure
+	// up to 45% apart (which pieces each holds, in which order, and a
+	// server relieved of load shows more goodput than at the pace), and
+	// chasing that only delays the search of partition and credit or
+	// swings the load between them; a server slower than that is what the
+	// knob is for. After three rebalances reverted
 	// in a row the tuner stops trying until conditions change (a server
 	// whose response time changes is such a change).
 	FixedWeights  bool
@@ -260,6 +263,12 @@ type AutoByte struct {
 	// that mix the two rates, and then no later window is far enough
 	// above it.
 	basis, prevBasis []float64
+	// raisedFrom[i] is the goodput that last raised server i's rate as a
+	// recovery and raisedOver[i] the rate it recovered from (0: not raised
+	// since it last set the pace); slack[i] is the goodput of such a
+	// raise that the server did not bear out when it next set the pace (0:
+	// none), which later raises must beat by recoverTolerance.
+	raisedFrom, raisedOver, slack []float64
 	// lastWindow is the window of the configuration in force before the
 	// last proposal, which followNow compares iterations with until the
 	// proposal takes effect.
@@ -634,10 +643,10 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	if busy {
 		base = a.settled()
 	}
-	saved := slices.Clone(a.rates)
+	saved := a.serverMemory()
 	c, gain, rates, raised, ok := a.rebalanced(s, base)
 	if !ok || (gain < fastRebalanceGain && !raised) {
-		a.rates = saved
+		a.restoreServerMemory(saved)
 		return Proposal{}, false
 	}
 	var p Proposal
@@ -848,13 +857,23 @@ func (a *AutoByte) rebalanced(st Stats, base sched.Config) (c sched.Config, gain
 		fastest = max(fastest, a.rates[i], g[i])
 	}
 	rates = make([]float64, n)
-	var total, worst float64
 	for i := range rates {
 		rates[i] = a.rates[i]
 		if rates[i] == 0 {
 			rates[i] = fastest
 		}
 		rates[i] = max(rates[i], g[i])
+	}
+	// Servers within WeightsEven of the fastest are of its speed (see
+	// AutoByteOptions.WeightsEven): weighing them apart would follow the
+	// slack of whichever is relieved, and the load would swing between
+	// them.
+	top := slices.Max(rates)
+	var total, worst float64
+	for i := range rates {
+		if rates[i]*(1+a.o.WeightsEven) >= top {
+			rates[i] = top
+		}
 		total += rates[i]
 		worst = max(worst, shares[i]/rates[i])
 	}
@@ -957,6 +976,7 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 	}
 	if len(a.rates) != n {
 		a.rates = make([]float64, n)
+		a.raisedFrom, a.raisedOver, a.slack = make([]float64, n), make([]float64, n), make([]float64, n)
 	}
 	var top float64 // the fastest rate known
 	for i := range g {
@@ -972,8 +992,8 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 		}
 		switch {
 		case shares[i]/g[i] >= slowest*(1-paceTolerance) && !idle:
-			a.rates[i] = g[i] // it sets the pace: its goodput is its rate
-		case a.rates[i] > 0 && g[i] > a.recoveryFloor(i)*(1+tolerance):
+			a.paced(i, g[i]) // it sets the pace: its goodput is its rate
+		case a.rates[i] > 0 && g[i] > a.recoveryFloor(i)*(1+tolerance) && g[i] > a.slack[i]*(1+recoverTolerance):
 			// Faster than it was at the pace: its link recovered, by at
 			// least that much. It is presumed recoverTolerance faster
 			// again (up to the fastest server), so that each rebalance
@@ -982,11 +1002,46 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 			// phase back on it when a server given less than its rate
 			// shows the slack as a recovery.
 			// (top >= g[i] > the floor: the rate was raised)
+			if a.raisedFrom[i] == 0 {
+				a.raisedOver[i] = a.recoveryFloor(i)
+			}
+			a.raisedFrom[i] = g[i]
 			a.rates[i] = min(g[i]*(1+recoverTolerance), top)
 			raised = true
 		}
 	}
 	return shares, g, raised, true
+}
+
+// paced records rate, server i's goodput while it set the pace. If a
+// recovery raised its rate since it last set the pace and it now runs no
+// faster than before it (by recoverTolerance), the goodput that raised it
+// was the slack of a server relieved of load, not its link (on TCP hosts
+// such a server shows 10-45% more goodput than its link gives at the pace,
+// and answers at once): later raises must beat that goodput by
+// recoverTolerance, or the tuner gives it load back and takes it off
+// again every few iterations. A rate that moved by more than
+// recoverTolerance either way is a changed link, which clears that.
+func (a *AutoByte) paced(i int, rate float64) {
+	switch {
+	case a.raisedFrom[i] > 0 && rate <= a.raisedOver[i]*(1+recoverTolerance):
+		a.slack[i] = max(a.slack[i], a.raisedFrom[i])
+	case a.raisedFrom[i] > 0 || rate > a.rates[i]*(1+recoverTolerance) || rate*(1+recoverTolerance) < a.rates[i]:
+		a.slack[i] = 0
+	}
+	a.raisedFrom[i], a.raisedOver[i], a.rates[i] = 0, 0, rate
+}
+
+// serverMemory is a copy of what the tuner remembers of each server (its
+// rate and recovery bookkeeping), for restoreServerMemory.
+func (a *AutoByte) serverMemory() [4][]float64 {
+	return [4][]float64{slices.Clone(a.rates), slices.Clone(a.raisedFrom), slices.Clone(a.raisedOver), slices.Clone(a.slack)}
+}
+
+// restoreServerMemory forgets what was learned of the servers since
+// serverMemory returned m.
+func (a *AutoByte) restoreServerMemory(m [4][]float64) {
+	a.rates, a.raisedFrom, a.raisedOver, a.slack = m[0], m[1], m[2], m[3]
 }
 
 // recoveryFloor is the rate server i must beat by recoverTolerance to

@@ -452,8 +452,10 @@ func TestPhasesComputeTrace(t *testing.T) {
 // partition its servers measure apart, so a tuner that asks little of a
 // rebalance (RebalanceGain 3% of the exposed communication; the default
 // 10% leaves such servers alone, tune's
-// TestAutoByteComputeBoundServersStay) tries rebalances and reverts them
-// (enough of them to stop trying). A server link that then
+// TestAutoByteComputeBoundServersStay) and takes servers 30% apart for
+// servers of two speeds (WeightsEven 0.3; at the default 0.5 they are one
+// speed) tries rebalances and reverts them (enough of them to stop
+// trying). A server link that then
 // slows to 1/4 is a change of that server's conditions: the tuner must
 // move load off it at once all the same, and a second server slowing
 // later likewise. The run with fixed weights is the negative control:
@@ -466,7 +468,7 @@ func TestAutoByteFollowsAfterRevertedRebalances(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed, RebalanceGain: 0.03})
+		a, err := tune.NewAutoByte(tune.AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1, FixedWeights: fixed, RebalanceGain: 0.03, WeightsEven: 0.3})
 		if err != nil {
 			t.Fatal(err)
 		}
