@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,6 +73,12 @@ type Options struct {
 	// Congestion is the TCP congestion control algorithm of every host
 	// (net.ipv4.tcp_congestion_control in its namespace), e.g. "cubic",
 	// "bbr", "reno"; "" means DefaultCongestion. The kernel must offer it.
+	// A namespace other than the root's may only select an algorithm of
+	// net.ipv4.tcp_allowed_congestion_control, which holds only reno and
+	// the root's default on a host that does not default to cubic: Up adds
+	// the algorithm to that list when it is missing (a host-wide setting
+	// that only lets namespaces and unprivileged sockets select it) and
+	// leaves it there.
 	Congestion string
 }
 
@@ -442,23 +449,90 @@ func Up(ctx context.Context, o Options) (_ *Testbed, err error) {
 }
 
 // congestionSysctl is the per-namespace default congestion control; new
-// sockets in the namespace use it.
-const congestionSysctl = "/proc/sys/net/ipv4/tcp_congestion_control"
+// sockets in the namespace use it. congestionAvailableSysctl lists the
+// algorithms the kernel has loaded.
+const (
+	congestionSysctl          = "/proc/sys/net/ipv4/tcp_congestion_control"
+	congestionAvailableSysctl = "/proc/sys/net/ipv4/tcp_available_congestion_control"
+)
+
+// readTrimmed is the content of a sysctl file without its newline, or
+// "(unreadable: ERR)".
+func readTrimmed(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// allowedCongestionSysctl lists the algorithms a namespace other than the
+// root's may make its default (the kernel refuses any other with EPERM).
+const allowedCongestionSysctl = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// allowCongestion adds algo to the allowed list (see Options.Congestion)
+// if it is missing. The kernel refuses a name it does not offer; the
+// namespace's own write then reports what it offers.
+func allowCongestion(algo string) error {
+	cur, err := os.ReadFile(allowedCongestionSysctl)
+	if err != nil {
+		return fmt.Errorf("testbed: reading %s: %w", allowedCongestionSysctl, err)
+	}
+	list, missing := withAlgorithm(string(cur), algo)
+	if !missing {
+		return nil
+	}
+	if err := os.WriteFile(allowedCongestionSysctl, []byte(list), 0o644); err != nil {
+		return fmt.Errorf("testbed: allowing TCP congestion control %q in namespaces (%s, now %q): %w",
+			algo, allowedCongestionSysctl, strings.TrimSpace(string(cur)), err)
+	}
+	return nil
+}
+
+// withAlgorithm is the space-separated list of algorithms with algo added
+// at the end, and whether it was missing.
+func withAlgorithm(list, algo string) (string, bool) {
+	names := strings.Fields(list)
+	if slices.Contains(names, algo) {
+		return strings.Join(names, " "), false
+	}
+	return strings.Join(append(names, algo), " "), true
+}
 
 // setCongestion makes algo the TCP congestion control of host. The write
 // goes through a process inside the host (the sysctl is per namespace);
 // the kernel loads the algorithm's module if it has one and refuses a name
-// it does not know, and the error then lists the ones it offers.
+// it does not know, and the error then lists the ones it offers. An
+// algorithm the kernel offers is allowed first (allowCongestion); one
+// whose module the write itself loaded (a fresh host's cubic, when it
+// defaults to another) is allowed then and the write tried once more.
 func (t *Testbed) setCongestion(ctx context.Context, host int, algo string) error {
 	ns := t.Hosts[host].Namespace
-	cmd := t.Command(ctx, host, "tee", congestionSysctl)
-	cmd.Stdin = strings.NewReader(algo)
+	offered := func() bool { return slices.Contains(strings.Fields(readTrimmed(congestionAvailableSysctl)), algo) }
 	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		offered, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
-		return fmt.Errorf("testbed: setting TCP congestion control %q in %s: %v: %s (this kernel offers: %s)",
-			algo, ns, err, strings.TrimSpace(stderr.String()), strings.TrimSpace(string(offered)))
+	write := func() error {
+		stderr.Reset()
+		cmd := t.Command(ctx, host, "tee", congestionSysctl)
+		cmd.Stdin = strings.NewReader(algo)
+		cmd.Stderr = &stderr
+		return cmd.Run()
+	}
+	wasOffered := offered()
+	if wasOffered {
+		if err := allowCongestion(algo); err != nil {
+			return err
+		}
+	}
+	err := write()
+	if err != nil && !wasOffered && offered() {
+		if err := allowCongestion(algo); err != nil {
+			return err
+		}
+		err = write()
+	}
+	if err != nil {
+		return fmt.Errorf("testbed: setting TCP congestion control %q in %s: %v: %s (this kernel offers: %s; namespaces may select: %s)",
+			algo, ns, err, strings.TrimSpace(stderr.String()), readTrimmed(congestionAvailableSysctl), readTrimmed(allowedCongestionSysctl))
 	}
 	got, err := t.Command(ctx, host, "cat", congestionSysctl).Output()
 	if err != nil {

@@ -318,13 +318,34 @@ func TestUpCleansUpOnFailure(t *testing.T) {
 // TestCongestion: a testbed's hosts use the algorithm asked for, not the
 // root namespace's; a name the kernel does not know fails naming it and
 // what the kernel offers, and leaves nothing behind.
+func TestWithAlgorithm(t *testing.T) {
+	for _, c := range []struct {
+		list, algo, want string
+		missing          bool
+	}{
+		{"reno bbr\n", "cubic", "reno bbr cubic", true},
+		{"reno cubic bbr", "cubic", "reno cubic bbr", false},
+		{"", "reno", "reno", true},
+		{"renoX", "reno", "renoX reno", true}, // whole names only
+	} {
+		got, missing := withAlgorithm(c.list, c.algo)
+		if got != c.want || missing != c.missing {
+			t.Errorf("withAlgorithm(%q, %q) = %q, %v; want %q, %v", c.list, c.algo, got, missing, c.want, c.missing)
+		}
+	}
+}
+
 func TestCongestion(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
 	root := strings.TrimSpace(readFile(t, "/proc/sys/net/ipv4/tcp_congestion_control"))
-	want := "reno" // built into every kernel
+	// The default, unless the root namespace has it already. On a host
+	// that defaults to another, namespaces may not select it until Up
+	// allows it (tcp_allowed_congestion_control holds reno and the root's
+	// default), and its module may not be loaded yet.
+	want := DefaultCongestion
 	if root == want {
-		want = DefaultCongestion
+		want = "reno" // built into every kernel
 	}
 	name := uniqueName()
 	t.Cleanup(func() { Down(context.Background(), name) })
@@ -336,6 +357,9 @@ func TestCongestion(t *testing.T) {
 		if got := congestionOf(t, tb, i); got != want {
 			t.Errorf("%s: tcp_congestion_control %q, want %q (root namespace: %q)", h.Namespace, got, want, root)
 		}
+	}
+	if allowed := strings.Fields(readFile(t, allowedCongestionSysctl)); !slices.Contains(allowed, want) {
+		t.Errorf("%s after Up: %q, want %q in it", allowedCongestionSysctl, allowed, want)
 	}
 	if got := strings.TrimSpace(readFile(t, "/proc/sys/net/ipv4/tcp_congestion_control")); got != root {
 		t.Errorf("root namespace's congestion control changed from %q to %q", root, got)
