@@ -630,9 +630,14 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	if a.rebalancing && s.Config != a.current {
 		return Proposal{}, false // new weights are on their way already
 	}
-	what, changed := a.serverChanged(s)
+	what, srv, recovered, changed := a.serverChanged(s)
 	if !changed {
 		return Proposal{}, false
+	}
+	if recovered && srv < len(a.slack) {
+		// Its link is faster than when a raise of it was not borne out:
+		// the next raise needs no more than any other's.
+		a.slack[srv] = 0
 	}
 	// That server's conditions changed: the rebalances reverted and the
 	// candidates found slower before were judged under the old ones.
@@ -670,9 +675,10 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 // measure apart under some configurations (which pieces each holds), and
 // that does not change from one iteration to the next.
 //
-// It also describes the change, for the log: "server 6's response time
-// 6.8x".
-func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
+// It also describes the change, for the log ("server 6's response time
+// 6.8x"), and says which server changed and whether it recovered (its
+// response time halved) rather than slowed.
+func (a *AutoByte) serverChanged(s Stats) (what string, srv int, recovered, changed bool) {
 	n := len(s.ServerResponseS)
 	window := a.window
 	if s.Config != a.current || len(window) == 0 {
@@ -683,12 +689,12 @@ func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 		window = a.lastWindow
 	}
 	if n < 2 || len(window) == 0 {
-		return "", false
+		return "", 0, false, false
 	}
 	before := make([]float64, n)
 	for _, w := range window {
 		if w.Config != window[0].Config || len(w.ServerResponseS) != n {
-			return "", false
+			return "", 0, false, false
 		}
 		for i, r := range w.ServerResponseS {
 			before[i] += r / float64(len(window))
@@ -696,13 +702,13 @@ func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	}
 	comparable := comparableServers(window[0].Config, s.Config, n)
 	if len(comparable) < 2 {
-		return "", false
+		return "", 0, false, false
 	}
 	ratios := make([]float64, n)
 	for _, i := range comparable {
 		r := s.ServerResponseS[i]
 		if !(before[i] > 0) || !(r > 0) {
-			return "", false
+			return "", 0, false, false
 		}
 		ratios[i] = r / before[i]
 	}
@@ -721,11 +727,11 @@ func (a *AutoByte) serverChanged(s Stats) (what string, changed bool) {
 	case sorted[n-1] >= 2 && sorted[:n-1][(n-1)/2] <= 1.5:
 		i = order[n-1] // slowed
 	case sorted[0] <= 0.5 && sorted[1:][(n-1)/2] >= 1/1.5:
-		i = order[0] // recovered
+		i, recovered = order[0], true
 	default:
-		return "", false
+		return "", 0, false, false
 	}
-	return fmt.Sprintf("server %d's response time %.3gx", i, ratios[i]), true
+	return fmt.Sprintf("server %d's response time %.3gx", i, ratios[i]), i, recovered, true
 }
 
 // comparableServers are the servers (of n) whose response times under
