@@ -252,9 +252,9 @@ type AutoByte struct {
 	// conditions (at maxRebalanceReverts the tuner stops trying).
 	rebalancing      bool
 	rebalanceReverts int
-	// rates are the servers' rates as measured while each set the pace
-	// (rebalanced); 0: not seen at the pace under these conditions.
-	rates []float64
+	// servers is what the tuner remembers of each server: its rate as
+	// measured while it set the pace, and its recoveries (serverRecord).
+	servers []serverRecord
 	// basis are the rates the weights in force were chosen from (nil:
 	// none), and prevBasis those of the weights a rebalance on trial
 	// replaced. A server's recovery is judged against the lower of its
@@ -263,12 +263,6 @@ type AutoByte struct {
 	// that mix the two rates, and then no later window is far enough
 	// above it.
 	basis, prevBasis []float64
-	// raisedFrom[i] is the goodput that last raised server i's rate as a
-	// recovery and raisedOver[i] the rate it recovered from (0: not raised
-	// since it last set the pace); slack[i] is the goodput of such a
-	// raise that the server did not bear out when it next set the pace (0:
-	// none), which later raises must beat by recoverTolerance.
-	raisedFrom, raisedOver, slack []float64
 	// lastWindow is the window of the configuration in force before the
 	// last proposal, which followNow compares iterations with until the
 	// proposal takes effect.
@@ -634,10 +628,10 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	if !changed {
 		return Proposal{}, false
 	}
-	if recovered && srv < len(a.slack) {
+	if recovered && srv < len(a.servers) {
 		// Its link is faster than when a raise of it was not borne out:
 		// the next raise needs no more than any other's.
-		a.slack[srv] = 0
+		a.servers[srv].slack = 0
 	}
 	// That server's conditions changed: the rebalances reverted and the
 	// candidates found slower before were judged under the old ones.
@@ -648,10 +642,10 @@ func (a *AutoByte) followNow(it int, s Stats) (Proposal, bool) {
 	if busy {
 		base = a.settled()
 	}
-	saved := a.serverMemory()
+	saved := slices.Clone(a.servers)
 	c, gain, rates, raised, ok := a.rebalanced(s, base)
 	if !ok || (gain < fastRebalanceGain && !raised) {
-		a.restoreServerMemory(saved)
+		a.servers = saved // what this iteration taught is not acted on
 		return Proposal{}, false
 	}
 	var p Proposal
@@ -860,25 +854,22 @@ func (a *AutoByte) rebalanced(st Stats, base sched.Config) (c sched.Config, gain
 	}
 	var fastest float64
 	for i := range g {
-		fastest = max(fastest, a.rates[i], g[i])
+		fastest = max(fastest, a.servers[i].rate, g[i])
 	}
 	rates = make([]float64, n)
+	var total, worst float64
 	for i := range rates {
-		rates[i] = a.rates[i]
+		rates[i] = a.servers[i].rate
 		if rates[i] == 0 {
 			rates[i] = fastest
 		}
 		rates[i] = max(rates[i], g[i])
-	}
-	// Servers within WeightsEven of the fastest are of its speed (see
-	// AutoByteOptions.WeightsEven): weighing them apart would follow the
-	// slack of whichever is relieved, and the load would swing between
-	// them.
-	top := slices.Max(rates)
-	var total, worst float64
-	for i := range rates {
-		if rates[i]*(1+a.o.WeightsEven) >= top {
-			rates[i] = top
+		// Servers within WeightsEven of the fastest are of its speed (see
+		// AutoByteOptions.WeightsEven): weighing them apart would follow
+		// the slack of whichever is relieved, and the load would swing
+		// between them.
+		if rates[i]*(1+a.o.WeightsEven) >= fastest {
+			rates[i] = fastest
 		}
 		total += rates[i]
 		worst = max(worst, shares[i]/rates[i])
@@ -980,13 +971,12 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 	if len(resp) == n {
 		longest = slices.Max(resp)
 	}
-	if len(a.rates) != n {
-		a.rates = make([]float64, n)
-		a.raisedFrom, a.raisedOver, a.slack = make([]float64, n), make([]float64, n), make([]float64, n)
+	if len(a.servers) != n {
+		a.servers = make([]serverRecord, n)
 	}
 	var top float64 // the fastest rate known
 	for i := range g {
-		top = max(top, a.rates[i], g[i])
+		top = max(top, a.servers[i].rate, g[i])
 	}
 	for i := range g {
 		idle := longest > 0 && resp[i] < longest*responsePace
@@ -999,7 +989,7 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 		switch {
 		case shares[i]/g[i] >= slowest*(1-paceTolerance) && !idle:
 			a.paced(i, g[i]) // it sets the pace: its goodput is its rate
-		case a.rates[i] > 0 && g[i] > a.recoveryFloor(i)*(1+tolerance) && g[i] > a.slack[i]*(1+recoverTolerance):
+		case a.servers[i].rate > 0 && g[i] > a.recoveryFloor(i)*(1+tolerance) && g[i] > a.servers[i].slack*(1+recoverTolerance):
 			// Faster than it was at the pace: its link recovered, by at
 			// least that much. It is presumed recoverTolerance faster
 			// again (up to the fastest server), so that each rebalance
@@ -1008,15 +998,28 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 			// phase back on it when a server given less than its rate
 			// shows the slack as a recovery.
 			// (top >= g[i] > the floor: the rate was raised)
-			if a.raisedFrom[i] == 0 {
-				a.raisedOver[i] = a.recoveryFloor(i)
+			r := &a.servers[i]
+			if r.raisedFrom == 0 {
+				r.raisedOver = a.recoveryFloor(i)
 			}
-			a.raisedFrom[i] = g[i]
-			a.rates[i] = min(g[i]*(1+recoverTolerance), top)
+			r.raisedFrom, r.rate = g[i], min(g[i]*(1+recoverTolerance), top)
 			raised = true
 		}
 	}
 	return shares, g, raised, true
+}
+
+// serverRecord is what the tuner remembers of a parameter server.
+type serverRecord struct {
+	// rate is its rate as measured while it set the pace (rebalanced); 0:
+	// not seen at the pace under these conditions.
+	rate float64
+	// raisedFrom is the goodput that last raised rate as a recovery and
+	// raisedOver the rate it recovered from (0: not raised since it last
+	// set the pace); slack is the goodput of such a raise that the server
+	// did not bear out when it next set the pace (0: none), which later
+	// raises must beat by recoverTolerance.
+	raisedFrom, raisedOver, slack float64
 }
 
 // paced records rate, server i's goodput while it set the pace. If a
@@ -1029,31 +1032,20 @@ func (a *AutoByte) learnRates(st Stats) (shares, g []float64, raised, ok bool) {
 // again every few iterations. A rate that moved by more than
 // recoverTolerance either way is a changed link, which clears that.
 func (a *AutoByte) paced(i int, rate float64) {
+	r := &a.servers[i]
 	switch {
-	case a.raisedFrom[i] > 0 && rate <= a.raisedOver[i]*(1+recoverTolerance):
-		a.slack[i] = max(a.slack[i], a.raisedFrom[i])
-	case a.raisedFrom[i] > 0 || rate > a.rates[i]*(1+recoverTolerance) || rate*(1+recoverTolerance) < a.rates[i]:
-		a.slack[i] = 0
+	case r.raisedFrom > 0 && rate <= r.raisedOver*(1+recoverTolerance):
+		r.slack = max(r.slack, r.raisedFrom)
+	case r.raisedFrom > 0 || rate > r.rate*(1+recoverTolerance) || rate*(1+recoverTolerance) < r.rate:
+		r.slack = 0
 	}
-	a.raisedFrom[i], a.raisedOver[i], a.rates[i] = 0, 0, rate
-}
-
-// serverMemory is a copy of what the tuner remembers of each server (its
-// rate and recovery bookkeeping), for restoreServerMemory.
-func (a *AutoByte) serverMemory() [4][]float64 {
-	return [4][]float64{slices.Clone(a.rates), slices.Clone(a.raisedFrom), slices.Clone(a.raisedOver), slices.Clone(a.slack)}
-}
-
-// restoreServerMemory forgets what was learned of the servers since
-// serverMemory returned m.
-func (a *AutoByte) restoreServerMemory(m [4][]float64) {
-	a.rates, a.raisedFrom, a.raisedOver, a.slack = m[0], m[1], m[2], m[3]
+	*r = serverRecord{rate: rate, slack: r.slack}
 }
 
 // recoveryFloor is the rate server i must beat by recoverTolerance to
 // count as recovered: the lower of its remembered rate and its basis.
 func (a *AutoByte) recoveryFloor(i int) float64 {
-	r := a.rates[i]
+	r := a.servers[i].rate
 	if i < len(a.basis) && a.basis[i] > 0 && a.basis[i] < r {
 		r = a.basis[i]
 	}
