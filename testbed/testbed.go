@@ -471,22 +471,21 @@ func readTrimmed(path string) string {
 const allowedCongestionSysctl = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
 
 // allowCongestion adds algo to the allowed list (see Options.Congestion)
-// if it is missing. The kernel refuses a name it does not offer; the
-// namespace's own write then reports what it offers.
-func allowCongestion(algo string) error {
+// if it is missing, and says whether it added it.
+func allowCongestion(algo string) (added bool, err error) {
 	cur, err := os.ReadFile(allowedCongestionSysctl)
 	if err != nil {
-		return fmt.Errorf("testbed: reading %s: %w", allowedCongestionSysctl, err)
+		return false, fmt.Errorf("testbed: reading %s: %w", allowedCongestionSysctl, err)
 	}
 	list, missing := withAlgorithm(string(cur), algo)
 	if !missing {
-		return nil
+		return false, nil
 	}
 	if err := os.WriteFile(allowedCongestionSysctl, []byte(list), 0o644); err != nil {
-		return fmt.Errorf("testbed: allowing TCP congestion control %q in namespaces (%s, now %q): %w",
+		return false, fmt.Errorf("testbed: allowing TCP congestion control %q in namespaces (%s, now %q): %w",
 			algo, allowedCongestionSysctl, strings.TrimSpace(string(cur)), err)
 	}
-	return nil
+	return true, nil
 }
 
 // withAlgorithm is the space-separated list of algorithms with algo added
@@ -502,13 +501,12 @@ func withAlgorithm(list, algo string) (string, bool) {
 // setCongestion makes algo the TCP congestion control of host. The write
 // goes through a process inside the host (the sysctl is per namespace);
 // the kernel loads the algorithm's module if it has one and refuses a name
-// it does not know, and the error then lists the ones it offers. An
-// algorithm the kernel offers is allowed first (allowCongestion); one
-// whose module the write itself loaded (a fresh host's cubic, when it
-// defaults to another) is allowed then and the write tried once more.
+// it does not know, and the error then lists the ones it offers. A write
+// the namespace refuses for an algorithm the kernel offers (loaded before,
+// or by that write: a fresh host's cubic, when it defaults to another) is
+// tried once more after allowCongestion has allowed it.
 func (t *Testbed) setCongestion(ctx context.Context, host int, algo string) error {
 	ns := t.Hosts[host].Namespace
-	offered := func() bool { return slices.Contains(strings.Fields(readTrimmed(congestionAvailableSysctl)), algo) }
 	var stderr bytes.Buffer
 	write := func() error {
 		stderr.Reset()
@@ -517,18 +515,15 @@ func (t *Testbed) setCongestion(ctx context.Context, host int, algo string) erro
 		cmd.Stderr = &stderr
 		return cmd.Run()
 	}
-	wasOffered := offered()
-	if wasOffered {
-		if err := allowCongestion(algo); err != nil {
-			return err
-		}
-	}
 	err := write()
-	if err != nil && !wasOffered && offered() {
-		if err := allowCongestion(algo); err != nil {
-			return err
+	if err != nil && slices.Contains(strings.Fields(readTrimmed(congestionAvailableSysctl)), algo) {
+		added, aerr := allowCongestion(algo)
+		if aerr != nil {
+			return aerr
 		}
-		err = write()
+		if added {
+			err = write()
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("testbed: setting TCP congestion control %q in %s: %v: %s (this kernel offers: %s; namespaces may select: %s)",

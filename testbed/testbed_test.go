@@ -315,9 +315,8 @@ func TestUpCleansUpOnFailure(t *testing.T) {
 	}
 }
 
-// TestCongestion: a testbed's hosts use the algorithm asked for, not the
-// root namespace's; a name the kernel does not know fails naming it and
-// what the kernel offers, and leaves nothing behind.
+// TestWithAlgorithm: the edit of the allowed list adds a missing name at
+// the end and leaves a list that has it as it is.
 func TestWithAlgorithm(t *testing.T) {
 	for _, c := range []struct {
 		list, algo, want string
@@ -335,6 +334,9 @@ func TestWithAlgorithm(t *testing.T) {
 	}
 }
 
+// TestCongestion: a testbed's hosts use the algorithm asked for, not the
+// root namespace's; a name the kernel does not know fails naming it and
+// what the kernel offers, and leaves nothing behind.
 func TestCongestion(t *testing.T) {
 	requireRoot(t)
 	ctx := context.Background()
