@@ -6,14 +6,21 @@ your own model on your own cluster.
     autobyte sim --profile cnn.json --workers 16 --bandwidth 10Gbps
 
 The argument names a function, as FILE.py:FUNCTION or MODULE:FUNCTION, that
-returns (model, example_batch) or (model, example_batch, loss_fn); the
-default loss is the sum of the output. Layers are the modules that own
+returns (model, example_batch) or (model, example_batch, loss_fn). The batch
+is the model's argument: a tensor, a tuple or list of positional arguments,
+or a dict of keyword arguments (Hugging Face models). The default loss is the
+output's ``loss`` where it has one (a Hugging Face model given labels), else
+the sum of the output's first tensor. Layers are the modules that own
 trainable parameters, in model.modules() order, as the plugin numbers them.
 A layer's forward time runs from its module's forward pre-hook to the next
 layer's (so parameter-free modules after it, such as activations and
 pooling, count with it); its backward time ends when autograd has
 accumulated its gradients and starts when the previous layer's were. Times
-are medians over --iterations after --warmup untimed steps.
+are medians over --iterations after --warmup untimed steps. A layer that the
+profiled step does not use (its parameters get no gradient) is kept with
+zero compute time, since the plugin still synchronises it, and named on
+stderr. The gradient's element size is the parameters' (2 for a model
+converted to bfloat16 or float16).
 """
 
 import argparse
@@ -24,6 +31,7 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
 
@@ -64,14 +72,53 @@ def _layers(model):
     return layers
 
 
-def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model"):
+def _first_tensor(x):
+    """The first tensor in x (a tensor, a sequence, a mapping or an object
+    with fields, such as Hugging Face's ModelOutput), or None."""
+    if torch.is_tensor(x):
+        return x
+    if isinstance(x, dict):
+        x = list(x.values())
+    elif hasattr(x, "to_tuple"):
+        x = x.to_tuple()
+    elif hasattr(x, "__dict__") and not isinstance(x, torch.nn.Module):
+        x = list(vars(x).values())
+    if isinstance(x, (tuple, list)):
+        for v in x:
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    return None
+
+
+def default_loss(out):
+    """The output's loss where it carries one, else the sum of its first tensor."""
+    loss = out.get("loss") if isinstance(out, dict) else getattr(out, "loss", None)
+    if torch.is_tensor(loss):
+        return loss
+    t = _first_tensor(out)
+    if t is None:
+        raise AutobyteError("autobyte.profile: the model's output (%s) holds no tensor to take a loss of; return a loss_fn "
+                            "as the factory's third value" % type(out).__name__)
+    return t.float().sum()
+
+
+def bytes_per_param(params):
+    """The gradient element size of params, and the dtypes if they differ."""
+    sizes = {p.element_size() for p in params}
+    dtypes = sorted({str(p.dtype).replace("torch.", "") for p in params})
+    return max(sizes), (dtypes if len(sizes) > 1 else None)
+
+
+def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model", warn=None):
     """Times model's layers; returns the profile as a dict."""
     if iterations < 1 or warmup < 0:
         raise AutobyteError("autobyte.profile: iterations must be >= 1 and warmup >= 0, got %d and %d" % (iterations, warmup))
     layers = _layers(model)
     if not layers:
         raise AutobyteError("autobyte.profile: the model has no trainable parameters")
-    loss_fn = loss_fn or (lambda out: out.sum())
+    loss_fn = loss_fn or default_loss
+    warn = warn or (lambda msg: print(msg, file=sys.stderr))
     fwd_start = [0.0] * len(layers)  # filled per step from the probes
     grad_ready = [0.0] * len(layers)
     pending = [0] * len(layers)
@@ -105,7 +152,14 @@ def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model"):
             hooks.append(acc.register_hook(ready(i)))
     fwd = [[] for _ in layers]
     bwd = [[] for _ in layers]
-    inputs = batch if isinstance(batch, (tuple, list)) else (batch,)
+    args, kwargs = (), {}
+    if isinstance(batch, dict):
+        kwargs = batch
+    elif isinstance(batch, (tuple, list)):
+        args = tuple(batch)
+    else:
+        args = (batch,)
+    unused = set()
     try:
         for it in range(warmup + iterations):
             model.zero_grad(set_to_none=True)
@@ -114,24 +168,38 @@ def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model"):
                 grad_ready[i] = 0.0
             started.clear()
             t0 = time.perf_counter()
-            loss = loss_fn(model(*inputs))
-            t1 = time.perf_counter()
-            loss.backward()
+            try:
+                loss = loss_fn(model(*args, **kwargs))
+                t1 = time.perf_counter()
+                loss.backward()
+            except AutobyteError:
+                raise
+            except Exception as e:
+                raise AutobyteError("autobyte.profile: a training step of the %s on the example batch failed: %s: %s"
+                                    % (type(model).__name__, type(e).__name__, e)) from e
             t2 = time.perf_counter()
             if it < warmup:
                 continue
+            used = []
             for i, (_, mod, _) in enumerate(layers):
                 m = mod
                 while m is not None and id(m) not in started:
                     m = parent.get(id(m))
                 if m is None or grad_ready[i] == 0.0:
-                    raise AutobyteError("autobyte.profile: layer %s was not used by the forward pass or got no gradient; profile a model whose layers all run" % layers[i][0])
+                    unused.add(i)  # no compute of its own in this step
+                    continue
                 fwd_start[i] = started[id(m)]
-            order = sorted(range(len(layers)), key=lambda i: fwd_start[i])
+                used.append(i)
+            if not used:
+                raise AutobyteError("autobyte.profile: no layer of the %s got a gradient from the loss" % type(model).__name__)
+            for i in unused:
+                fwd[i].append(0.0)
+                bwd[i].append(0.0)
+            order = sorted(used, key=lambda i: fwd_start[i])
             for j, i in enumerate(order):
                 end = fwd_start[order[j + 1]] if j + 1 < len(order) else t1
                 fwd[i].append(end - fwd_start[i])
-            by_ready = sorted(range(len(layers)), key=lambda i: grad_ready[i])
+            by_ready = sorted(used, key=lambda i: grad_ready[i])
             prev = t1
             for i in by_ready:
                 bwd[i].append(grad_ready[i] - prev)
@@ -142,13 +210,20 @@ def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model"):
     finally:
         for h in hooks:
             h.remove()
-    first = inputs[0]
-    batch_size = first.shape[0] if hasattr(first, "shape") and len(first.shape) else 1
+    if unused:
+        warn("autobyte.profile: %d layer(s) got no gradient in the profiled step and are kept with zero compute time "
+             "(the plugin still synchronises them): %s" % (len(unused), ", ".join(layers[i][0] for i in sorted(unused))))
+    size, mixed = bytes_per_param([p for _, _, tensors in layers for _, p in tensors])
+    if mixed:
+        warn("autobyte.profile: the parameters have several dtypes (%s); every gradient is counted at %d bytes per "
+             "element, the largest" % (", ".join(mixed), size))
+    first = _first_tensor(batch)
+    batch_size = first.shape[0] if first is not None and first.dim() else 1
     return {
         "name": name,
         "batch_size": int(batch_size),
         "device": "cpu, torch %s, %d threads" % (torch.__version__, torch.get_num_threads()),
-        "bytes_per_param": 4,
+        "bytes_per_param": size,
         "layers": [
             {"name": lname, "forward_s": statistics.median(fwd[i]), "backward_s": statistics.median(bwd[i]),
              "tensors": [{"name": tname, "params": p.numel()} for tname, p in tensors]}
@@ -179,6 +254,8 @@ def main(argv=None):
         loss_fn = got[2] if len(got) == 3 else None
         prof = profile(model, batch, loss_fn, a.iterations, a.warmup, a.name or a.factory.rpartition(":")[2])
     except AutobyteError as e:
+        if e.__cause__ is not None:  # the user's model failed: where, then what
+            traceback.print_exception(type(e.__cause__), e.__cause__, e.__cause__.__traceback__, file=sys.stderr)
         print(e, file=sys.stderr)
         return 2
     text = json.dumps(prof, indent=1)

@@ -906,6 +906,41 @@ class Timelines(unittest.TestCase):
             self.assertIn(want, r.stdout)
 
 
+PROFILED_MODELS = """
+import torch
+
+
+class Output:
+    def __init__(self, loss, logits):
+        self.loss, self.logits = loss, logits
+
+
+class Keywords(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 8)
+        self.spare = torch.nn.Linear(8, 8)
+        self.b = torch.nn.Linear(8, 2)
+
+    def forward(self, x, labels=None, detach=False):
+        h = torch.relu(self.a(x))
+        logits = self.b(h.detach() if detach else h)
+        return Output(None if labels is None else (logits - labels).pow(2).mean(), logits)
+
+
+def keywords_bf16():
+    return Keywords().to(torch.bfloat16), {"x": torch.randn(5, 4, dtype=torch.bfloat16)}
+
+
+def loss_of_b_only():
+    return Keywords(), {"x": torch.randn(5, 4), "labels": torch.zeros(5, 2), "detach": True}
+
+
+def wrong_width():
+    return Keywords(), (torch.randn(5, 3),)
+"""
+
+
 class Profile(unittest.TestCase):
     """python -m autobyte.profile writes a profile autobyte sim reads."""
 
@@ -931,6 +966,50 @@ class Profile(unittest.TestCase):
                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout)
         self.assertGreater(json.loads(r.stdout)["iteration_time_s"], 0)
+
+    def run_profile(self, factory, *extra):
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
+        out = os.path.join(_tmp, "profile-%s.json" % factory.replace(":", "-").replace("/", "-"))
+        if os.path.exists(out):
+            os.remove(out)
+        r = subprocess.run([PY, "-m", "autobyte.profile", factory, "--out", out, "--iterations", "2", "--warmup", "1"]
+                           + list(extra), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=300)
+        prof = None
+        if os.path.exists(out):
+            import json
+            with open(out) as f:
+                prof = json.load(f)
+        return r.returncode, r.stdout, prof
+
+    def test_keyword_batch_output_with_loss_unused_layer_and_16_bits(self):
+        # A Hugging Face-shaped model: keyword arguments, an output object
+        # carrying .loss, a layer the step never uses; in bfloat16.
+        src = os.path.join(_tmp, "profiled_models.py")
+        with open(src, "w") as f:
+            f.write(PROFILED_MODELS)
+        code, out, prof = self.run_profile(src + ":keywords_bf16")
+        self.assertEqual(code, 0, out)
+        self.assertEqual([l["name"] for l in prof["layers"]], ["a", "spare", "b"])
+        self.assertEqual(prof["bytes_per_param"], 2, "bfloat16 gradients are 2 bytes per element")
+        self.assertEqual(prof["batch_size"], 5)
+        spare = prof["layers"][1]
+        self.assertEqual((spare["forward_s"], spare["backward_s"]), (0, 0))
+        self.assertGreater(prof["layers"][0]["forward_s"] + prof["layers"][2]["backward_s"], 0)
+        self.assertIn("no gradient in the profiled step", out)
+        self.assertIn("spare", out)
+        # The default loss is the output's .loss: the loss that only reaches
+        # layer b leaves a with no gradient.
+        code, out, prof = self.run_profile(src + ":loss_of_b_only")
+        self.assertEqual(code, 0, out)
+        self.assertEqual([l["backward_s"] == 0 for l in prof["layers"]], [True, True, False], prof["layers"])
+        self.assertEqual(prof["bytes_per_param"], 4)
+        # The user's model failing names the step and the error, after its traceback.
+        code, out, prof = self.run_profile(src + ":wrong_width")
+        self.assertEqual(code, 2, out)
+        self.assertIsNone(prof)
+        self.assertIn("a training step of the Keywords on the example batch failed: RuntimeError", out)
+        self.assertIn("Traceback", out)
 
     def test_bad_factory(self):
         env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
