@@ -106,9 +106,10 @@ const (
 )
 
 // ReconfigureFrame encodes r for the followers: Header.Epoch is r.Epoch,
-// Header.Iteration is r.From, and the 24-byte little-endian payload holds
-// PartitionBytes (int64), CreditBytes (int64), Order (uint32), Admission
-// (uint32) and the ServerWeights (uint16 each); Header.Elem is the
+// Header.Iteration is r.From, and the little-endian payload (reconfigureLen,
+// 96 bytes) holds PartitionBytes (int64), CreditBytes (int64), Order
+// (uint32), Admission (uint32), the ServerWeights (uint16 each, all
+// MaxWeightedServers) and FusionBytes (int64); Header.Elem is the
 // Compression. Its priority is 0, that of piece announcements, so on
 // one connection the two keep the order they were sent in.
 func ReconfigureFrame(r Reconfiguration) transport.Frame {

@@ -56,7 +56,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.admission, "admission", "positive", "credit rule: positive (ByteScheduler: start while credit > 0) or strict (BytePS: piece must fit)")
 	fs.StringVar(&f.partition, "partition", "", "partition size (bytescheduler; default 4MB for ps, 32MB for allreduce)")
 	fs.StringVar(&f.credit, "credit", "", "credit size (bytescheduler; default for ps 16MB, or one partition per server up to one per worker where that is more; 64MB for allreduce)")
-	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this evenly across all servers, as MXNet's kvstore does (0 = never)")
+	fs.StringVar(&f.shard, "shard", "4MB", "ps: split a piece larger than this into ceil(size/shard) shards, at most one per server, as MXNet's kvstore does (0 = never)")
 	fs.StringVar(&f.fusion, "fusion", "0", "fuse runs of neighbouring tensors smaller than this into units of at most this size, each sent as one tensor (fewer messages for models of many small tensors, like DDP's buckets; 0 = never; auto: --tuner autobyte switches between none and 1MiB as it measures). launch: the replay's workers, and AUTOBYTE_FUSION for a script's plugin")
 	fs.StringVar(&f.compression, "compression", "none", "wire type of float32 gradients: none, bf16 or fp16 (halves the bytes; sums stay float32 and are rounded once per server answer or ring hop), or auto (--tuner autobyte turns bf16 on while the job is communication-bound). launch: the replay's workers, and AUTOBYTE_COMPRESSION for a script's plugin")
 	fs.BoolVar(&f.pull, "ps-pull", false, "runtime, ps: fetch each sum with a separate pull request instead of as the answer to the push")
@@ -65,7 +65,7 @@ func (f *scenarioFlags) register(cmd *cobra.Command) {
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed of --jitter and of the bo tuner")
 	fs.StringVar(&f.bandwidthTrace, "bandwidth-trace", "", "sim: link rate by iteration, e.g. 0:10Gbps,300:2Gbps,600:10Gbps")
 	fs.StringVar(&f.computeTrace, "compute-trace", "", "sim: compute-time multiplier by iteration, e.g. 0:1,200:2")
-	fs.StringArrayVar(&f.linkTraces, "link-trace", nil, "HOST=TRACE: one host's link rate by iteration, in place of --bandwidth and --bandwidth-trace for that host, e.g. server1=0:10Gbps,150:1Gbps,300:10Gbps or worker3=...; repeatable, once per host. launch: needs --testbed (tc on that host)")
+	fs.StringArrayVar(&f.linkTraces, "link-trace", nil, "HOST=TRACE: one host's link rate by iteration, in place of --bandwidth and --bandwidth-trace for that host, e.g. server1=0:10Gbps,150:1Gbps,300:10Gbps or worker3=...; repeatable, once per host. launch: a worker's trace needs --testbed (tc on that host); a parameter server follows its own in-process")
 	fs.StringVar(&f.serverWeights, "server-weights", "", "ps: the share of the bytes each server is given, one number per server, e.g. 4:4:1 (default: even by bytes); --tuner autobyte moves them as it measures each server")
 	fs.StringArrayVar(&f.stragglers, "straggler", nil, "RANK:FACTOR[@FROM[-TO]]: worker RANK computes FACTOR times slower, for the whole run or from iteration FROM (to TO, exclusive); repeatable, once per rank")
 }
