@@ -46,3 +46,37 @@ func TestNearTabu(t *testing.T) {
 		}
 	}
 }
+
+// TestRecoveryNotChargedToWeights: a server whose response time halves
+// right after its share shrank (the pace moved to the other server, as in
+// autobyte demo after 1000:209 was reverted to 1000:250) is not taken for
+// a recovered link; the same halving under unchanged weights is (the
+// control: the check can say yes).
+func TestRecoveryNotChargedToWeights(t *testing.T) {
+	weighed := func(w ...float64) sched.Config {
+		sw, err := sched.Weigh(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sched.Config{PartitionBytes: 4_000_000, CreditBytes: 16_000_000, Order: sched.OrderPriority, ServerWeights: sw}
+	}
+	before, after := weighed(1000, 209), weighed(1000, 250)
+	for _, tc := range []struct {
+		now  sched.Config
+		want bool
+	}{{after, false}, {before, true}} {
+		a, err := NewAutoByte(AutoByteOptions{Base: sched.Config{Order: sched.OrderPriority}, Seed: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range 3 {
+			a.window = append(a.window, Stats{Iteration: k, Config: before, ServerResponseS: []float64{0.065, 0.02}})
+		}
+		a.current = tc.now
+		_, srv, recovered, changed := a.serverChanged(Stats{Iteration: 3, Config: tc.now, ServerResponseS: []float64{0.01, 0.03}})
+		if got := changed && recovered && srv == 0; got != tc.want {
+			t.Errorf("weights %v after %v, server 0 answering in 10 ms instead of 65: recovery seen %v (server %d, recovered %v, changed %v), want %v",
+				tc.now.ServerWeights, before.ServerWeights, got, srv, recovered, changed, tc.want)
+		}
+	}
+}
