@@ -255,19 +255,25 @@ def _tracked_like(scheduled, step, optimizer):
     return tracked
 
 
-def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_step=1):
+def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False):
     """Makes optimizer data-parallel over the job's workers and returns it.
 
     The same object is returned (so learning-rate schedulers made before or
     after keep working; its parameter groups are fixed from now on),
     with step(), state_dict() and load_state_dict() bound to the engine and
-    four methods added: no_sync() (a context manager: backward passes in it
+    five methods added: no_sync() (a context manager: backward passes in it
     only accumulate gradients), synchronize(), sync_gradients() (this
     step's synchronised gradients in .grad now, for a GradScaler or
-    gradient clipping; step() then updates at once) and autobyte_report();
+    gradient clipping; step() then updates at once), join() (with
+    uneven_inputs=True, below) and autobyte_report();
     zero_grad() is the optimizer's own. Rank 0's parameters and buffers are
     broadcast first (unless broadcast=False). backward_passes_per_step=K
     accumulates K backward passes per step() and synchronises the K-th.
+    uneven_inputs=True (on every worker) lets workers run different numbers
+    of steps: the training loop runs inside ``with optimizer.join():``, and
+    a worker whose loop ends first keeps stepping with zero gradients,
+    applying the others' updates, until every worker's loop has ended
+    (DDP's Join; see docs/pytorch.md).
     Supported: torch.optim's per-parameter optimizers (SUPPORTED_OPTIMIZERS)."""
     check_supported(optimizer)
     if not isinstance(model, torch.nn.Module):
@@ -276,6 +282,8 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
         raise AutobyteError("autobyte: this optimizer is already distributed")
     if isinstance(backward_passes_per_step, bool) or not isinstance(backward_passes_per_step, int) or backward_passes_per_step < 1:
         raise AutobyteError("autobyte: backward_passes_per_step must be an integer >= 1, got %r" % (backward_passes_per_step,))
+    if not isinstance(uneven_inputs, bool):
+        raise AutobyteError("autobyte: uneven_inputs must be True or False, got %r" % (uneven_inputs,))
     for ref in _sessions:
         other = ref()
         if other is not None and not other.closed:
@@ -287,7 +295,7 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
                 "distributing the next" % (type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
-    s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step)
+    s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
     _sessions.append(weakref.ref(s))
     optimizer._autobyte = s
     state_dict, load_state_dict = optimizer.state_dict, optimizer.load_state_dict
@@ -305,6 +313,9 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
 
     def no_sync(self):
         return self._autobyte.no_sync()
+
+    def join(self):
+        return self._autobyte.join_context()
 
     def autobyte_report(self):
         return self._autobyte.report()
@@ -328,6 +339,7 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
     optimizer.synchronize = types.MethodType(synchronize, optimizer)
     optimizer.sync_gradients = types.MethodType(sync_gradients, optimizer)
     optimizer.no_sync = types.MethodType(no_sync, optimizer)
+    optimizer.join = types.MethodType(join, optimizer)
     optimizer.autobyte_report = types.MethodType(autobyte_report, optimizer)
     optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)
     optimizer.load_state_dict = types.MethodType(synced_load_state_dict, optimizer)

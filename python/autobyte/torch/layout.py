@@ -182,10 +182,16 @@ class Layout:
         """The layer of the float32 broadcast tensors, or None if there are none."""
         return self.layers if self.bcast_tensor or self.state_elems else None
 
-    def engine_tensors(self, extra):
+    @property
+    def join_layer(self):
+        """The layer of the join tensor (see join.py): after every other."""
+        return self.layers + (1 if self.broadcast_layer is not None else 0)
+
+    def engine_tensors(self, extra, join_elems=0):
         """The engine's tensor list: every parameter with `extra` more
         elements, then, as one more layer, the float32 broadcast tensors of
-        the parameters that need them (bcast_tensor) and the state (if any).
+        the parameters that need them (bcast_tensor) and the state (if any),
+        then, with join_elems, the join tensor in a layer of its own.
         16-bit parameters pin their own type as the wire, the broadcast
         pins float32; float32 parameters leave it to the job's compression
         (the engine reads it; a tuner may change it for later iterations,
@@ -208,4 +214,11 @@ class Layout:
         if self.state_elems:
             tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems, "wire": "float32",
                             "iterations": "first"})
+        self.join_tensor = None
+        if join_elems:
+            # Uneven inputs: which workers still train, and their
+            # hyper-parameters, every step, exactly (join.py).
+            self.join_tensor = len(tensors)
+            tensors.append({"name": "(join)", "layer": self.join_layer, "elems": join_elems, "wire": "float32",
+                            "iterations": "after_first"})
         return tensors

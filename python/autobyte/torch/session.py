@@ -46,12 +46,14 @@ from .. import AutobyteError
 from .._native import Engine
 from ..timeline import Timeline, now
 from . import hooks
+from .join import JoinCodec
 from .layout import Layout, wire_of_compression
 from .optim import LayerUpdates, hyper_parameters
 
 
 class Session:
-    def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1):
+    def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1,
+                 uneven_inputs=False):
         self.world, self.me = world, rank
         self.lock = threading.RLock()
         # torch.compile(model) handed in: the layers are the wrapped
@@ -77,12 +79,14 @@ class Session:
                 "apart; freeze them (requires_grad_(False)) or put them in the distributed optimizer"
                 % (len(L.outside_opt), shown), stacklevel=3)
         self.updates = LayerUpdates(optimizer, L)  # before the engine: nothing to close if it fails
+        self.join = JoinCodec(optimizer, world) if uneven_inputs else None
 
         # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
         trace = settings.get("AUTOBYTE_TRACE") or os.environ.get("AUTOBYTE_TRACE")
         self.timeline = Timeline(trace, self.me) if trace else None
         try:
-            self.engine = Engine(L.engine_tensors(extra=1), dict(settings))
+            self.engine = Engine(L.engine_tensors(extra=1, join_elems=self.join.elems if self.join else 0),
+                                 dict(settings))
         except BaseException:
             if self.timeline is not None:
                 self.timeline.close()
@@ -113,6 +117,9 @@ class Session:
         # tensor's f[-1] costs microseconds of indexing, on every gradient).
         self.flag = [ctypes.c_float.from_address(f.data_ptr() + 4 * (f.numel() - 1)) for f in self.flat]
         self.no_grad = torch.no_grad()  # entered by one thread at a time (under self.lock)
+        self.join_buf = torch.zeros(self.join.elems, dtype=torch.float32) if self.join else None
+        self.in_join = False  # inside optimizer.join()
+        self.joined = False  # in join(): out of inputs, stepping with zeros
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
@@ -235,9 +242,9 @@ class Session:
                     self._post(t)
         return hook
 
-    def _post(self, t):
+    def _post(self, t, zero=False):
         """Posts tensor t's gradient for the current step: p.grad averaged,
-        or zeros (flag 0) if p.grad is None."""
+        or zeros (flag 0) if p.grad is None or zero is set."""
         if self.closed:
             raise AutobyteError("autobyte: gradient of %s computed after the optimizer was shut down" % self.names[t])
         k = self.iteration
@@ -249,7 +256,7 @@ class Session:
         self._apply(self.layout.layer_of[t], k - 1)
         p, f, b = self.params[t], self.flat[t], self.buf[t]
         with self.no_grad:
-            g = p.grad
+            g = None if zero else p.grad
             if g is not None:
                 if g.is_sparse:
                     raise AutobyteError("autobyte: parameter %s has a sparse gradient; only dense gradients are supported" % self.names[t])
@@ -441,12 +448,93 @@ class Session:
             # synchronised now, as Horovod does, so that workers stay equal.
             self._post_rest()
             self.hyper[k] = hyper_parameters(self.opt)
+            self._post_join(k, self.hyper[k])
             self.stepped_version = [p._version for p in self.params]
             self.unapplied[k] = self.layout.layers
             if self.probes:
                 self._delegate_silent_layers()
             self.iteration = k + 1
             self.passes = 0
+
+    def _post_join(self, k, hyper, synced=False):
+        """Posts the join tensor of step k (uneven_inputs only): this rank
+        active with hyper, or (hyper None) joined."""
+        if self.join is None:
+            return
+        if k > 0:
+            # Its buffer holds step k-1's sum until that is in.
+            self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k - 1))
+        if hyper is None:
+            self.join_buf.zero_()
+        else:
+            self.join.encode(self.join_buf, self.me, hyper, synced)
+        self.engine.post(self.layout.join_tensor, self._engine_iter(k), self.join_buf.data_ptr(), self.join_buf.numel())
+
+    @contextlib.contextmanager
+    def join_context(self):
+        """optimizer.join(): the training loop runs inside; when it ends
+        (this worker is out of inputs), the worker steps along with the
+        others until every worker is out (see _shadow)."""
+        if self.join is None:
+            raise AutobyteError("autobyte: optimizer.join() needs DistributedOptimizer(..., uneven_inputs=True), on "
+                                "every worker: the workers then tell one another every step which of them still train")
+        with self.lock:
+            if self.in_join:
+                raise AutobyteError("autobyte: optimizer.join() inside optimizer.join()")
+            self.in_join = True
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.in_join = False
+        self._shadow()
+
+    def _shadow(self):
+        """Steps with zero gradients until a step in which no worker
+        trained. Each step's sums (the active workers' gradients over the
+        number of workers, as DDP's Join divides by default) are applied
+        with the hyper-parameters of the lowest-ranked active worker, so
+        that this worker's parameters and optimizer state stay the others'.
+        Every worker leaves at the same step."""
+        with self.lock:
+            if self.closed:
+                raise AutobyteError("autobyte: optimizer.join() ended after shutdown")
+            self.joined = True
+            try:
+                while True:
+                    k = self.iteration
+                    self.grads_synced = False
+                    for t in range(len(self.params)):
+                        if self.posted[t] != k:
+                            self._post(t, zero=True)
+                    self._post_join(k, None)
+                    if self.probes:
+                        self._delegate_silent_layers()
+                    t0 = now()
+                    self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
+                    summed = self.join_buf
+                    active = self.join.active(summed)
+                    for r in active:
+                        if self.join.synced(summed, r):
+                            raise AutobyteError(
+                                "autobyte: worker %d called optimizer.sync_gradients() in step %d while worker %d had "
+                                "joined (run out of inputs): a joined worker cannot repeat what the others do to the "
+                                "synchronised gradients (a GradScaler's unscaling and skipped steps, gradient "
+                                "clipping), so join() does not support them; drop the uneven batches instead (e.g. "
+                                "DistributedSampler(drop_last=True))" % (r, k, self.me))
+                    own = hyper_parameters(self.opt)
+                    self.hyper[k] = self.join.decode(summed, active[0], own) if active else own
+                    self.stepped_version = [p._version for p in self.params]
+                    self.unapplied[k] = self.layout.layers
+                    self.iteration = k + 1
+                    self.passes = 0
+                    self.synchronize()
+                    if self.timeline is not None:
+                        self.timeline.span("joined step", "wait", t0, now(), step=k)
+                    if not active:
+                        return
+            finally:
+                self.joined = False
 
     def _check_grads_unchanged(self, k):
         """Refuses a step whose gradients were changed after backward sent
@@ -481,6 +569,7 @@ class Session:
             self.synchronize()  # the step before, if its update is pending
             k = self.iteration
             self._post_rest()
+            self._post_join(k, hyper_parameters(self.opt), synced=True)
             if self.probes:
                 self._delegate_silent_layers()
             t0 = now()

@@ -1,0 +1,107 @@
+"""A training run with uneven inputs for test_join.py.
+
+Rank r trains STEPS[r % len(STEPS)] steps (--steps, e.g. "3,7,0") inside
+optimizer.join(), on its own seeded batches, with AdamW and a learning
+rate that changes every step (LambdaLR), so that a worker that has joined
+must apply the others' updates with their hyper-parameters, not its own.
+Every rank saves its final parameters and optimizer state to OUT.rankR,
+and the learning rate its optimizer held after each of its own steps.
+
+--backend reference computes the same job in one process: step k sums
+the gradients of the ranks that still train at k, each over the number of
+workers (DDP's Join divides by the initial world size), and steps once.
+--mode picks a fault: "synced" (rank 1 calls sync_gradients at step 4,
+when the others have joined), "raise" (rank 1 raises inside join()), "no-flag" (join()
+without uneven_inputs=True).
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+import torch.nn as nn
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
+
+
+def make_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 3))
+
+
+def batch(rank, k):
+    g = torch.Generator().manual_seed(1000 * rank + k)
+    return torch.randn(8, 6, generator=g), torch.randint(0, 3, (8,), generator=g)
+
+
+def make_opt(params):
+    opt = torch.optim.AdamW(params, lr=0.01, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda k: 1.0 / (1 + 0.3 * k))
+    return opt, sched
+
+
+def loss_of(m, x, y):
+    return nn.functional.cross_entropy(m(x), y)
+
+
+def state(m, opt):
+    out = {"param." + n: p.detach().clone() for n, p in m.named_parameters()}
+    sd = opt.state_dict()
+    for i, s in sd["state"].items():
+        for k, v in s.items():
+            if torch.is_tensor(v):
+                out["opt.%s.%s" % (i, k)] = v.clone()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--backend", choices=["autobyte", "reference"], required=True)
+    ap.add_argument("--steps", required=True)
+    ap.add_argument("--workers", type=int, default=3, help="reference: how many workers")
+    ap.add_argument("--mode", default="ok", choices=["ok", "synced", "raise", "no-flag"])
+    ap.add_argument("--out", required=True)
+    a = ap.parse_args()
+    steps = [int(s) for s in a.steps.split(",")]
+    m = make_model()
+    if a.backend == "reference":
+        n = a.workers
+        counts = [steps[r % len(steps)] for r in range(n)]
+        opt, sched = make_opt(m.parameters())
+        for k in range(max(counts)):
+            opt.zero_grad()
+            for r in range(n):
+                if counts[r] > k:
+                    x, y = batch(r, k)
+                    (loss_of(m, x, y) / n).backward()
+            opt.step()
+            sched.step()
+        torch.save({"state": state(m, opt)}, a.out)
+        return
+    import autobyte.torch as ab
+    ab.init()
+    rank = ab.rank()
+    opt, sched = make_opt(m.parameters())
+    opt = ab.DistributedOptimizer(opt, m, uneven_inputs=a.mode != "no-flag")
+    lrs = []
+    with opt.join():
+        for k in range(steps[rank % len(steps)]):
+            x, y = batch(rank, k)
+            opt.zero_grad()
+            loss_of(m, x, y).backward()
+            if a.mode == "raise" and rank == 1 and k == 1:
+                raise RuntimeError("rank 1 fails inside join()")
+            if a.mode == "synced" and rank == 1 and k == 4:
+                opt.sync_gradients()
+            opt.step()
+            sched.step()
+            lrs.append(opt.param_groups[0]["lr"])
+    after = opt.param_groups[0]["lr"]
+    opt.synchronize()
+    torch.save({"state": state(m, opt), "lrs": lrs, "lr_after_join": after}, "%s.rank%d" % (a.out, rank))
+
+
+if __name__ == "__main__":
+    main()
