@@ -35,6 +35,11 @@ K-th pass (Horovod's). ``model.state_dict()``, ``optimizer.state_dict()`` and
 both ``load_state_dict()`` apply pending updates first, so checkpoints can be
 taken and loaded at any step.
 
+Uneven inputs (DDP's Join): with ``DistributedOptimizer(...,
+uneven_inputs=True)`` and the loop inside ``with optimizer.join():``, a
+worker out of data steps along with zero gradients, applying the others'
+updates with their hyper-parameters, until no worker trains (join.py).
+
 16-bit training:
 
 * A model converted with ``model.to(torch.bfloat16)`` or ``model.half()``
