@@ -13,8 +13,10 @@ import torch
 
 def parser(description):
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--backend", choices=["autobyte", "ddp", "local"], default="autobyte",
-                   help="autobyte (the plugin), ddp (torch DistributedDataParallel on gloo) or local (one process, no communication)")
+    p.add_argument("--backend", choices=["autobyte", "autobyte-ddp", "ddp", "local"], default="autobyte",
+                   help="autobyte (the plugin's DistributedOptimizer), autobyte-ddp (the plugin's DistributedDataParallel "
+                        "wrapper, DDP's interface), ddp (torch DistributedDataParallel on gloo) or local (one process, no "
+                        "communication)")
     p.add_argument("--iterations", type=int, default=30, help="training steps")
     p.add_argument("--warmup", type=int, default=5, help="steps left out of the steady-state iteration time")
     p.add_argument("--seed", type=int, default=1, help="seed of the initial weights and of the synthetic data")
@@ -237,6 +239,11 @@ def distribute(args, model, ddp_sum="gloo"):
         if args.compile == "layers":
             net = compile_model(args, model)
         return net, opt, lambda: (opt.synchronize(), opt.autobyte_report())[1]
+    if args.backend == "autobyte-ddp":
+        import autobyte.torch as ab
+        ab.init()
+        net = ab.DistributedDataParallel(model, broadcast_buffers=False)
+        return net, make_optimizer(args, net.parameters()), net.autobyte_report
     if args.backend == "ddp":
         import torch.distributed as dist
         if not dist.is_initialized():

@@ -169,7 +169,8 @@ def make_opt(name, model, groups):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--backend", choices=["autobyte", "ddp", "reference"], required=True)
+    p.add_argument("--backend", choices=["autobyte", "autobyte-ddp", "ddp", "reference"], required=True,
+                   help="autobyte-ddp: autobyte.torch.DistributedDataParallel and the plain optimizer, as a DDP script has")
     p.add_argument("--model", choices=sorted(MODELS), default="smooth")
     p.add_argument("--optimizer", default="sgd")
     p.add_argument("--groups", action="store_true", help="one parameter group per top-level module (make_opt)")
@@ -256,6 +257,13 @@ def train(a, opt_name, rank, world, out):
                                                       find_unused_parameters=a.model == "features")
             opt = make_opt(opt_name, model, a.groups)
             no_sync = net.no_sync
+        elif a.backend == "autobyte-ddp":
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+            import autobyte.torch as ab
+            ab.init()
+            net = ab.DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=a.model == "features")
+            opt = make_opt(opt_name, model, a.groups)
+            no_sync = net.no_sync
         else:
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
             import autobyte.torch as ab
@@ -312,7 +320,7 @@ def train(a, opt_name, rank, world, out):
             opt.synchronize()
     if out:
         torch.save({"losses": losses, "state": model.state_dict()}, out if rank == 0 else "%s.rank%d" % (out, rank))
-    if a.backend == "autobyte":
+    if a.backend in ("autobyte", "autobyte-ddp"):
         import autobyte.torch as ab
         ab.shutdown()
 

@@ -104,7 +104,8 @@ from .session import Session
 
 import torch
 
-__all__ = ["init", "rank", "size", "DistributedOptimizer", "shutdown", "AutobyteError", "SUPPORTED_OPTIMIZERS"]
+__all__ = ["init", "rank", "size", "DistributedOptimizer", "DistributedDataParallel", "shutdown", "AutobyteError",
+           "SUPPORTED_OPTIMIZERS"]
 
 SUPPORTED_OPTIMIZERS = PER_PARAMETER
 
@@ -260,6 +261,25 @@ def _tracked_like(scheduled, step, optimizer):
     return tracked
 
 
+def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False):
+    """The process's one open session over model (optimizer None:
+    DistributedDataParallel's, which leaves the update to the caller)."""
+    for ref in _sessions:
+        other = ref()
+        if other is not None and not other.closed:
+            raise AutobyteError(
+                "autobyte: this process already has a DistributedOptimizer or DistributedDataParallel open (over a %s "
+                "with %d parameters); autobyte synchronises one model per process at a time, so models trained by "
+                "separate optimizers at once (a GAN's generator and discriminator, say) are not supported: distribute "
+                "them as one module with one optimizer, or call autobyte.torch.shutdown() when done with the first "
+                "before distributing the next" % (type(other.model).__name__, len(other.params)))
+    if not _initialised:
+        init()
+    s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
+    _sessions.append(weakref.ref(s))
+    return s
+
+
 def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False):
     """Makes optimizer data-parallel over the job's workers and returns it.
 
@@ -289,19 +309,7 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
         raise AutobyteError("autobyte: backward_passes_per_step must be an integer >= 1, got %r" % (backward_passes_per_step,))
     if not isinstance(uneven_inputs, bool):
         raise AutobyteError("autobyte: uneven_inputs must be True or False, got %r" % (uneven_inputs,))
-    for ref in _sessions:
-        other = ref()
-        if other is not None and not other.closed:
-            raise AutobyteError(
-                "autobyte: this process already has a DistributedOptimizer open (over a %s with %d parameters); "
-                "autobyte synchronises one model per process at a time, so models trained by separate optimizers "
-                "at once (a GAN's generator and discriminator, say) are not supported: distribute them as one "
-                "module with one optimizer, or call autobyte.torch.shutdown() when done with the first before "
-                "distributing the next" % (type(other.model).__name__, len(other.params)))
-    if not _initialised:
-        init()
-    s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
-    _sessions.append(weakref.ref(s))
+    s = _open_session(optimizer, model, broadcast, backward_passes_per_step, uneven_inputs)
     optimizer._autobyte = s
     state_dict, load_state_dict = optimizer.state_dict, optimizer.load_state_dict
 
@@ -349,3 +357,6 @@ def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_s
     optimizer.state_dict = types.MethodType(synced_state_dict, optimizer)
     optimizer.load_state_dict = types.MethodType(synced_load_state_dict, optimizer)
     return optimizer
+
+
+from .ddp import DistributedDataParallel  # noqa: E402  (it opens sessions through _open_session)

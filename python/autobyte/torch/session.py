@@ -32,12 +32,19 @@ that a GradScaler's inf/NaN check (or gradient clipping) sees the same
 synchronised gradient on every worker; the next step() then applies the
 whole update at once from .grad, and a step() the scaler skips is skipped
 on every worker alike.
+
+Without an optimizer (DistributedDataParallel, ddp.py) the session
+synchronises every trainable parameter of the model and ends each
+synchronising backward pass the way sync_gradients() does: the sums,
+averaged, are in .grad when backward returns, as under DDP, and the
+caller's own optimizer updates the parameters.
 """
 
 import contextlib
 import ctypes
 import os
 import threading
+import types
 import warnings
 
 import torch
@@ -63,6 +70,10 @@ class Session:
         # which torch.compile runs eagerly between graphs.
         inner = hooks.compiled_inner(model)
         outer, model = model, inner if inner is not None else model
+        # No optimizer: DistributedDataParallel (see the module's comment).
+        self.grad_mode = optimizer is None
+        if self.grad_mode:
+            optimizer = types.SimpleNamespace(param_groups=[{"params": [p for p in model.parameters() if p.requires_grad]}])
         self.opt, self.model = optimizer, model
         self.passes_per_step = backward_passes_per_step
         compression = settings.get("AUTOBYTE_COMPRESSION")
@@ -78,7 +89,8 @@ class Session:
                 "rank 0 once and never synchronised, so another optimizer training them would let the workers drift "
                 "apart; freeze them (requires_grad_(False)) or put them in the distributed optimizer"
                 % (len(L.outside_opt), shown), stacklevel=3)
-        self.updates = LayerUpdates(optimizer, L)  # before the engine: nothing to close if it fails
+        # Before the engine: nothing to close if it fails.
+        self.updates = None if self.grad_mode else LayerUpdates(optimizer, L)
         self.join = JoinCodec(optimizer, world) if uneven_inputs else None
 
         # The engine reads AUTOBYTE_TRACE too, and writes engine-NAME beside it.
@@ -144,9 +156,9 @@ class Session:
         if broadcast:
             self._broadcast()
         self.hooks += [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
-        if inner is not None:
+        if inner is not None and not self.grad_mode:
             self.hooks.append(hooks.before_forward(outer, hooks.eager(lambda *_: self.synchronize())))
-        for mod in model.modules():
+        for mod in model.modules() if not self.grad_mode else ():
             if id(mod) in L.module_layer and inner is None:
                 self.hooks.append(hooks.before_forward(mod, self._pre_forward([L.module_layer[id(mod)]])))
             # Reading or overwriting the parameters applies what is pending first.
@@ -166,7 +178,7 @@ class Session:
         # ancestor that did.
         self.ran = set()
         probe = hooks.eager(self._probe)
-        if inner is None:
+        if inner is None and not self.grad_mode:
             self.probes += [m.register_forward_pre_hook(probe) for m in model.modules()]
 
     # Engine iteration 0 is the broadcast; training step k is k + 1.
@@ -296,6 +308,8 @@ class Session:
             if self.timeline is not None and self.backward_began is not None:
                 self.timeline.span("backward", "compute", self.backward_began, now(), step=self.iteration)
                 self.backward_began = None
+            if self.grad_mode:
+                self._grads_in(self.iteration)
 
     def _pre_forward(self, layers):
         def hook(*_):
@@ -572,6 +586,14 @@ class Session:
             self._post_join(k, hyper_parameters(self.opt), synced=True)
             if self.probes:
                 self._delegate_silent_layers()
+            self._grads_in(k)
+            self.grads_synced = True
+
+    def _grads_in(self, k):
+        """Waits for every sum of step k and puts it, averaged, in each
+        parameter's .grad (None where no worker had a gradient); step k is
+        then done."""
+        with self.lock:
             t0 = now()
             with torch.no_grad():
                 for layer, ts in enumerate(self.layout.layer_params):
@@ -590,7 +612,6 @@ class Session:
             self.applied_all = k
             self.iteration = k + 1
             self.passes = 0
-            self.grads_synced = True
 
     def synchronize(self):
         with self.lock:

@@ -1,0 +1,117 @@
+"""autobyte.torch.DistributedDataParallel, DDP's interface, against DDP.
+
+A DDP script with the wrapper in place of torch's: its own optimizer
+(dp_worker.py --backend autobyte-ddp). The features model (a weight shared
+by two modules, a frozen weight, BatchNorm, a branch unused on odd steps)
+with Adam and 3 micro-batches per step, accumulated in model.no_sync(), 2
+workers: every sum is a + b in any order, so the wrapper must give DDP's
+parameters to the rounding of identical arithmetic, on a parameter server
+and on the ring. With 3 workers (sums rounded in another order than the
+reference's) the smooth model with SGD stays within the suite's TOL of the
+exact update, and every worker ends with the same parameters.
+"""
+
+import sys
+import unittest
+
+import torch
+
+from helpers import Compare, reference, run_ok, tmp, worst
+
+ARGS = ["--model", "features", "--optimizer", "adam", "--iterations", "8", "--accumulate", "3", "--batch", "8"]
+
+
+def params(r):
+    # BatchNorm's running statistics are each worker's own.
+    return [k for k in r["state"] if "running" not in k and "num_batches" not in k]
+
+
+class Wrapper(unittest.TestCase, Compare):
+    ddp = None
+
+    def want(self):
+        if Wrapper.ddp is None:
+            out = tmp("wrap-ddp.pt")
+            run_ok(self, ["--workers", "2", "--arch", "allreduce"], ["--backend", "ddp", "--out", out] + ARGS)
+            Wrapper.ddp = torch.load(out)
+            self.assertMoved(Wrapper.ddp, "DDP")
+        return Wrapper.ddp
+
+    def check(self, launch_args, what):
+        want = self.want()
+        out = tmp("wrap-%s.pt" % what)
+        run_ok(self, ["--workers", "2"] + launch_args, ["--backend", "autobyte-ddp", "--out", out] + ARGS)
+        got = torch.load(out)
+        self.assertSameTraining(got, want, "wrapper (%s) vs DDP" % what, params_only=params(got))
+        self.assertRanksEqual(out, 2, keys=params(got))
+        self.assertEqual(int(got["state"]["bn.num_batches_tracked"]), 8 * 3, "BatchNorm saw every micro-batch")
+        wl, wp, wk = worst(got, want, params(got))
+        print("\n  wrapper (%s) vs DDP: losses %.1e, parameters %.1e (%s)" % (what, wl, wp, wk), file=sys.stderr)
+
+    def test_ps_against_ddp(self):
+        self.check(["--servers", "1", "--partition", "256B", "--credit", "1KB"], "ps")
+
+    def test_allreduce_against_ddp(self):
+        self.check(["--arch", "allreduce", "--partition", "256B", "--credit", "1KB"], "allreduce")
+
+    def test_three_workers_against_the_exact_update(self):
+        args = ["--model", "smooth", "--optimizer", "sgd", "--iterations", "6"]
+        out = tmp("wrap-3.pt")
+        run_ok(self, ["--workers", "3", "--servers", "2"], ["--backend", "autobyte-ddp", "--out", out] + args)
+        got = torch.load(out)
+        want = reference(self, args + ["--workers", "3"], tmp("wrap-3-ref.pt"))
+        self.assertSameTraining(got, want, "wrapper, 3 workers, vs the exact update")
+        self.assertRanksEqual(out, 3)
+        self.assertMoved(got, "wrapper, 3 workers")
+
+
+class Arguments(unittest.TestCase):
+    def tearDown(self):
+        import autobyte.torch as ab
+        ab.shutdown()
+
+    def test_refusals(self):
+        import autobyte.torch as ab
+        m = torch.nn.Linear(2, 2)
+        for kw, want in [({"device_ids": [0]}, "(device_ids=[0]): autobyte trains on the CPU"),
+                         ({"output_device": 1}, "(output_device=1)"),
+                         ({"process_group": object()}, "(process_group=...): autobyte's workers are the job's"),
+                         ({"mixed_precision": object()}, "unsupported argument(s) mixed_precision")]:
+            with self.assertRaises(ab.AutobyteError) as cm:
+                ab.DistributedDataParallel(m, **kw)
+            self.assertIn(want, str(cm.exception))
+        with self.assertRaisesRegex(ab.AutobyteError, "needs a torch.nn.Module, got str"):
+            ab.DistributedDataParallel("model")
+
+    def test_one_worker_is_plain_training(self):
+        # One worker: .grad after backward is the worker's own, so plain
+        # torch's training, clipping included, bit for bit; the state dict
+        # is DDP's ("module." prefix); join() and a second session refused.
+        import autobyte.torch as ab
+        torch.manual_seed(0)
+        m1 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        torch.manual_seed(0)
+        m2 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        w = ab.DistributedDataParallel(m1, device_ids=None, broadcast_buffers=True, find_unused_parameters=True)
+        self.assertIs(w.module, m1)
+        o1 = torch.optim.SGD(w.parameters(), lr=0.1, momentum=0.9)
+        o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
+        g = torch.Generator().manual_seed(1)
+        for _ in range(4):
+            x = torch.randn(5, 4, generator=g)
+            for net, o, params in ((w, o1, m1.parameters()), (m2, o2, m2.parameters())):
+                o.zero_grad()
+                net(x).pow(2).mean().backward()
+                torch.nn.utils.clip_grad_norm_(list(params), 0.1)
+                o.step()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), n)
+        self.assertEqual(list(w.state_dict())[0], "module.0.weight")
+        with self.assertRaisesRegex(ab.AutobyteError, "join\\(\\) is not supported"):
+            w.join()
+        with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedOptimizer or DistributedDataParallel open"):
+            ab.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1), m2)
+
+
+if __name__ == "__main__":
+    unittest.main()
