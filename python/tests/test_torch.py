@@ -385,7 +385,7 @@ class Errors(unittest.TestCase):
         # first is open is refused, naming the first and the way out.
         g, d = self.model(), self.model()
         ab.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), g)
-        with self.assertRaisesRegex(AutobyteError, r"already has a DistributedOptimizer open \(over a Sequential with 4 parameters\).*autobyte.torch.shutdown\(\)"):
+        with self.assertRaisesRegex(AutobyteError, r"already has a DistributedOptimizer or DistributedDataParallel open \(over a Sequential with 4 parameters\).*autobyte.torch.shutdown\(\)"):
             ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)
         ab.shutdown()
         ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)  # after shutdown(), the next is fine
