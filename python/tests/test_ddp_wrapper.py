@@ -8,15 +8,21 @@ workers: every sum is a + b in any order, so the wrapper must give DDP's
 parameters to the rounding of identical arithmetic, on a parameter server
 and on the ring. With 3 workers (sums rounded in another order than the
 reference's) the smooth model with SGD stays within the suite's TOL of the
-exact update, and every worker ends with the same parameters.
+exact update, and every worker ends with the same parameters. A GAN (two
+models, an optimizer each, wrapped together as one ModuleDict) trains to
+the exact update with 3 workers too.
 """
 
+import os
 import sys
 import unittest
 
 import torch
 
-from helpers import Compare, reference, run_ok, tmp, worst
+import gan_worker
+from helpers import TOL, Compare, launch, reference, rel, run_ok, tmp, worst
+
+GAN_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gan_worker.py")
 
 ARGS = ["--model", "features", "--optimizer", "adam", "--iterations", "8", "--accumulate", "3", "--batch", "8"]
 
@@ -63,6 +69,28 @@ class Wrapper(unittest.TestCase, Compare):
         self.assertSameTraining(got, want, "wrapper, 3 workers, vs the exact update")
         self.assertRanksEqual(out, 3)
         self.assertMoved(got, "wrapper, 3 workers")
+
+
+class GAN(unittest.TestCase):
+    """Two models with an optimizer each (gan_worker.py), wrapped together."""
+
+    def check(self, launch_args, what):
+        out = tmp("gan-%s" % what)
+        rc, output, _ = launch(["--workers", "3"] + launch_args, ["--out", out], script=GAN_WORKER)
+        self.assertEqual(rc, 0, output)
+        got = [torch.load("%s.rank%d" % (out, r)) for r in range(3)]
+        for r in (1, 2):
+            self.assertTrue(torch.equal(got[0], got[r]), "%s: rank %d's parameters differ from rank 0's" % (what, r))
+        want = torch.load(out + ".reference")
+        self.assertLessEqual(rel(got[0], want), TOL, "%s: the GAN's parameters against the exact update" % what)
+        initial = torch.cat([p.detach().reshape(-1) for p in gan_worker.make().parameters()])
+        self.assertGreater(rel(want, initial), 1e-3, "training moved the parameters")
+
+    def test_ps(self):
+        self.check(["--servers", "2"], "ps")
+
+    def test_allreduce(self):
+        self.check(["--arch", "allreduce"], "allreduce")
 
 
 class Arguments(unittest.TestCase):

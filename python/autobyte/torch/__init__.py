@@ -270,9 +270,10 @@ def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, 
             raise AutobyteError(
                 "autobyte: this process already has a DistributedOptimizer or DistributedDataParallel open (over a %s "
                 "with %d parameters); autobyte synchronises one model per process at a time, so models trained by "
-                "separate optimizers at once (a GAN's generator and discriminator, say) are not supported: distribute "
-                "them as one module with one optimizer, or call autobyte.torch.shutdown() when done with the first "
-                "before distributing the next" % (type(other.model).__name__, len(other.params)))
+                "separate optimizers at once (a GAN's generator and discriminator, say) each need the same wrapper: "
+                "put them in one nn.ModuleDict, wrap that with autobyte.torch.DistributedDataParallel and keep an "
+                "optimizer per model; or call autobyte.torch.shutdown() when done with the first before distributing "
+                "the next" % (type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
     s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
