@@ -66,8 +66,8 @@ def main():
     ab.init()
     rank, world = ab.rank(), ab.size()
     nets = make()
-    ab.DistributedDataParallel(nets)  # hooks the parameters of both models
-    train(nets, [rank], 1.0)
+    gan = ab.DistributedDataParallel(nets)  # both models' parameters, one session
+    train(gan.module, [rank], 1.0)
     torch.save(flat(nets), "%s.rank%d" % (a.out, rank))
     if rank == 0:
         ref = make()

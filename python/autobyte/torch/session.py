@@ -131,7 +131,6 @@ class Session:
         self.no_grad = torch.no_grad()  # entered by one thread at a time (under self.lock)
         self.join_buf = torch.zeros(self.join.elems, dtype=torch.float32) if self.join else None
         self.in_join = False  # inside optimizer.join()
-        self.joined = False  # in join(): out of inputs, stepping with zeros
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
@@ -513,42 +512,38 @@ class Session:
         with self.lock:
             if self.closed:
                 raise AutobyteError("autobyte: optimizer.join() ended after shutdown")
-            self.joined = True
-            try:
-                while True:
-                    k = self.iteration
-                    self.grads_synced = False
-                    for t in range(len(self.params)):
-                        if self.posted[t] != k:
-                            self._post(t, zero=True)
-                    self._post_join(k, None)
-                    if self.probes:
-                        self._delegate_silent_layers()
-                    t0 = now()
-                    self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
-                    summed = self.join_buf
-                    active = self.join.active(summed)
-                    for r in active:
-                        if self.join.synced(summed, r):
-                            raise AutobyteError(
-                                "autobyte: worker %d called optimizer.sync_gradients() in step %d while worker %d had "
-                                "joined (run out of inputs): a joined worker cannot repeat what the others do to the "
-                                "synchronised gradients (a GradScaler's unscaling and skipped steps, gradient "
-                                "clipping), so join() does not support them; drop the uneven batches instead (e.g. "
-                                "DistributedSampler(drop_last=True))" % (r, k, self.me))
-                    own = hyper_parameters(self.opt)
-                    self.hyper[k] = self.join.decode(summed, active[0], own) if active else own
-                    self.stepped_version = [p._version for p in self.params]
-                    self.unapplied[k] = self.layout.layers
-                    self.iteration = k + 1
-                    self.passes = 0
-                    self.synchronize()
-                    if self.timeline is not None:
-                        self.timeline.span("joined step", "wait", t0, now(), step=k)
-                    if not active:
-                        return
-            finally:
-                self.joined = False
+            while True:
+                k = self.iteration
+                self.grads_synced = False
+                for t in range(len(self.params)):
+                    if self.posted[t] != k:
+                        self._post(t, zero=True)
+                self._post_join(k, None)
+                if self.probes:
+                    self._delegate_silent_layers()
+                t0 = now()
+                self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
+                summed = self.join_buf
+                active = self.join.active(summed)
+                for r in active:
+                    if self.join.synced(summed, r):
+                        raise AutobyteError(
+                            "autobyte: worker %d called optimizer.sync_gradients() in step %d while worker %d had "
+                            "joined (run out of inputs): a joined worker cannot repeat what the others do to the "
+                            "synchronised gradients (a GradScaler's unscaling and skipped steps, gradient "
+                            "clipping), so join() does not support them; drop the uneven batches instead (e.g. "
+                            "DistributedSampler(drop_last=True))" % (r, k, self.me))
+                own = hyper_parameters(self.opt)
+                self.hyper[k] = self.join.decode(summed, active[0], own) if active else own
+                self.stepped_version = [p._version for p in self.params]
+                self.unapplied[k] = self.layout.layers
+                self.iteration = k + 1
+                self.passes = 0
+                self.synchronize()
+                if self.timeline is not None:
+                    self.timeline.span("joined step", "wait", t0, now(), step=k)
+                if not active:
+                    return
 
     def _check_grads_unchanged(self, k):
         """Refuses a step whose gradients were changed after backward sent
