@@ -37,7 +37,7 @@ def _numbers(v):
         return None
     if isinstance(v, (int, float)):
         return [float(v)]
-    if torch.is_tensor(v) and v.numel() == 1 and (v.is_floating_point() or not v.dtype.is_complex):
+    if torch.is_tensor(v) and v.numel() == 1 and not v.is_complex():
         return [float(v.item())]
     if isinstance(v, (tuple, list)) and v and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
         return [float(x) for x in v]
