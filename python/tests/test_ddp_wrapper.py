@@ -94,6 +94,36 @@ class GAN(unittest.TestCase):
 
 
 class Arguments(unittest.TestCase):
+    def test_grad_scaler_one_worker(self):
+        # A GradScaler with float16 autocast over the wrapper, through a step
+        # that overflows: plain torch's, bit for bit, the scale included.
+        if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
+            self.skipTest("torch %s has no CPU GradScaler" % torch.__version__)
+        import autobyte.torch as ab
+
+        def model():
+            torch.manual_seed(0)
+            return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+        m1, m2 = model(), model()
+        w = ab.DistributedDataParallel(m1)
+        runs = []
+        for net in (w, m2):
+            runs.append((net, torch.optim.SGD(net.parameters(), lr=0.1), torch.amp.GradScaler("cpu", init_scale=2.0 ** 20)))
+        g = torch.Generator().manual_seed(1)
+        for k in range(5):
+            x = torch.randn(5, 4, generator=g) * (1e4 if k == 2 else 1)
+            for net, opt, scaler in runs:
+                opt.zero_grad()
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = net(x).float().pow(2).mean()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+        self.assertLess(runs[1][2].get_scale(), 2.0 ** 20, "the step at k=2 overflowed and was skipped")
+        self.assertEqual(runs[0][2].get_scale(), runs[1][2].get_scale())
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), n)
+
     def tearDown(self):
         import autobyte.torch as ab
         ab.shutdown()
