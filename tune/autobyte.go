@@ -694,7 +694,7 @@ func (a *AutoByte) serverChanged(s Stats) (what string, srv int, recovered, chan
 			before[i] += r / float64(len(window))
 		}
 	}
-	comparable := comparableServers(window[0].Config, s.Config, n)
+	comparable := comparableServers(window[0].Config, s.Config, n, shareShrinkTolerance)
 	if len(comparable) < 2 {
 		return "", 0, false, false
 	}
@@ -725,7 +725,7 @@ func (a *AutoByte) serverChanged(s Stats) (what string, srv int, recovered, chan
 	default:
 		return "", 0, false, false
 	}
-	if recovered && window[0].Config != s.Config && shrank(window[0].Config, s.Config, len(s.ServerResponseS), i) {
+	if recovered && !slices.Contains(comparableServers(window[0].Config, s.Config, len(s.ServerResponseS), 0), i) {
 		// A server given less load can answer at once for that alone,
 		// when the pace moves to another server: autobyte demo's revert
 		// of weights 1000:209 to 1000:250 halved server 0's response time
@@ -739,12 +739,13 @@ func (a *AutoByte) serverChanged(s Stats) (what string, srv int, recovered, chan
 // comparableServers are the servers (of n) whose response times under
 // configuration now can be compared with those under before: all of them
 // when the two are equal; when only the server weights differ, those
-// whose share did not shrink by more than shareShrinkTolerance (a server
+// whose share did not shrink by more than the fraction shrink (a server
 // given less load answers faster for that alone, which is no news about
 // its link, while one given more or about as much that answers twice as
-// slowly has slowed); none when anything else differs, since partition,
+// slowly has slowed: serverChanged allows shareShrinkTolerance, and none
+// for a recovery); none when anything else differs, since partition,
 // credit and fusion move every server's response time.
-func comparableServers(before, now sched.Config, n int) []int {
+func comparableServers(before, now sched.Config, n int, shrink float64) []int {
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
@@ -762,15 +763,7 @@ func comparableServers(before, now sched.Config, n int) []int {
 	if err1 != nil || err2 != nil {
 		return nil
 	}
-	return slices.DeleteFunc(all, func(i int) bool { return is[i] < was[i]*(1-shareShrinkTolerance) })
-}
-
-// shrank says whether server i's share (of n) is smaller under now's
-// weights than under before's.
-func shrank(before, now sched.Config, n, i int) bool {
-	was, err1 := before.ServerWeights.Shares(n)
-	is, err2 := now.ServerWeights.Shares(n)
-	return err1 == nil && err2 == nil && is[i] < was[i]
+	return slices.DeleteFunc(all, func(i int) bool { return is[i] < was[i]*(1-shrink) })
 }
 
 // shareShrinkTolerance is how much smaller a server's share may become
