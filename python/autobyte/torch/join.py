@@ -72,12 +72,12 @@ class JoinCodec:
         buf[base + _SYNCED] = 1.0 if synced else 0.0
         vals = []
         for gi, key, n in self.fields:
-            nums = _numbers(hyper[gi].get(key)) if gi < len(hyper) else None
+            v = hyper[gi].get(key) if gi < len(hyper) else None
+            nums = _numbers(v)
             if nums is None or len(nums) != n:
                 raise AutobyteError("autobyte: hyper-parameter %r of parameter group %d is %r, which was %d number(s) "
                                     "when the optimizer was wrapped; with uneven_inputs=True a joined worker applies "
-                                    "the others' hyper-parameters, so their kind must not change"
-                                    % (key, gi, hyper[gi].get(key) if gi < len(hyper) else None, n))
+                                    "the others' hyper-parameters, so their kind must not change" % (key, gi, v, n))
             vals.extend(nums)
         if vals:
             pieces = struct.unpack("<%dH" % (_PIECES * len(vals)), struct.pack("<%dd" % len(vals), *vals))

@@ -187,6 +187,11 @@ class Layout:
         """The layer of the join tensor (see join.py): after every other."""
         return self.layers + (1 if self.broadcast_layer is not None else 0)
 
+    @property
+    def join_tensor(self):
+        """The join tensor's index in engine_tensors' list: after every other."""
+        return len(self.params) + len(self.bcast_tensor) + (1 if self.state_elems else 0)
+
     def engine_tensors(self, extra, join_elems=0):
         """The engine's tensor list: every parameter with `extra` more
         elements, then, as one more layer, the float32 broadcast tensors of
@@ -214,11 +219,9 @@ class Layout:
         if self.state_elems:
             tensors.append({"name": "(broadcast state)", "layer": self.layers, "elems": self.state_elems, "wire": "float32",
                             "iterations": "first"})
-        self.join_tensor = None
         if join_elems:
             # Uneven inputs: which workers still train, and their
             # hyper-parameters, every step, exactly (join.py).
-            self.join_tensor = len(tensors)
             tensors.append({"name": "(join)", "layer": self.join_layer, "elems": join_elems, "wire": "float32",
                             "iterations": "after_first"})
         return tensors

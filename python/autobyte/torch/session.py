@@ -587,26 +587,25 @@ class Session:
     def _grads_in(self, k):
         """Waits for every sum of step k and puts it, averaged, in each
         parameter's .grad (None where no worker had a gradient); step k is
-        then done."""
-        with self.lock:
-            t0 = now()
-            with torch.no_grad():
-                for layer, ts in enumerate(self.layout.layer_params):
-                    self.engine.wait_layer(layer, self._engine_iter(k))
-                    for t in ts:
-                        g, p = self._grad_of(t), self.params[t]
-                        if g is None:
-                            p.grad = None
-                        elif p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype and not p.grad.is_sparse:
-                            p.grad.copy_(g)
-                        else:
-                            p.grad = g.clone() if g.data_ptr() == self.buf[t].data_ptr() else g
-                    self.applied[layer] = k
-            if self.timeline is not None:
-                self.timeline.span("sync gradients", "wait", t0, now(), step=k)
-            self.applied_all = k
-            self.iteration = k + 1
-            self.passes = 0
+        then done. The caller holds the lock."""
+        t0 = now()
+        with torch.no_grad():
+            for layer, ts in enumerate(self.layout.layer_params):
+                self.engine.wait_layer(layer, self._engine_iter(k))
+                for t in ts:
+                    g, p = self._grad_of(t), self.params[t]
+                    if g is None:
+                        p.grad = None
+                    elif p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype and not p.grad.is_sparse:
+                        p.grad.copy_(g)
+                    else:
+                        p.grad = g.clone() if g.data_ptr() == self.buf[t].data_ptr() else g
+                self.applied[layer] = k
+        if self.timeline is not None:
+            self.timeline.span("sync gradients", "wait", t0, now(), step=k)
+        self.applied_all = k
+        self.iteration = k + 1
+        self.passes = 0
 
     def synchronize(self):
         with self.lock:
