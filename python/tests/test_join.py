@@ -12,21 +12,20 @@ a worker had joined, which the bit-for-bit comparison then covers.
 """
 
 import os
+import subprocess
 import unittest
 
 import torch
 
 from helpers import Compare, PY, ROOT, launch, rel, tmp
 
-import subprocess
-
 JOIN_WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "join_worker.py")
 STEPS = "3,7,0"  # rank 2 has no inputs at all
 WORKERS = 3
 
 
-def reference(out):
-    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", STEPS, "--workers", str(WORKERS),
+def reference(out, steps=STEPS):
+    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", steps, "--workers", str(WORKERS),
                         "--out", out], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     return torch.load(out)["state"]
@@ -60,11 +59,7 @@ class Join(unittest.TestCase, Compare):
         self.assertEqual(got[2]["lrs"], [])
         # The parameters moved after rank 0 and rank 2 joined: the exact
         # update of 3 steps is not the result.
-        three = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", "3,3,0", "--workers", str(WORKERS),
-                                "--out", tmp("join-reference-3")], cwd=ROOT, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True, timeout=120)
-        self.assertEqual(three.returncode, 0, three.stdout)
-        early = torch.load(tmp("join-reference-3"))["state"]
+        early = reference(tmp("join-reference-3"), "3,3,0")
         self.assertGreater(max(rel(v, early[k]) for k, v in got[0]["state"].items()), 1e-3,
                            "the joined ranks applied the later steps' updates")
 
