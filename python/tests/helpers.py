@@ -9,6 +9,7 @@ checkout once per test run.
 
 import atexit
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -34,11 +35,32 @@ def tmp(name):
     return os.path.join(TMP, name)
 
 
-def free_port():
-    """A loopback port that nothing listened on a moment ago."""
-    with socket.socket() as sk:
-        sk.bind(("127.0.0.1", 0))
-        return sk.getsockname()[1]
+def master_port():
+    """A MASTER_PORT as torchrun's users pick one: below the kernel's
+    ephemeral range (torchrun's default is 29500), with nothing listening at
+    it or at the port after it, where autobyte's rank 0 listens.
+
+    A port from bind(("", 0)) would lie inside the ephemeral range, where
+    the next one can be taken at any moment by an outgoing connection's
+    local port (torchrun's own clients of its store at MASTER_PORT, for one),
+    and rank 0 would fail with "address already in use"; cluster.FreePort
+    picks the launcher's ports below the range for the same reason."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, low - 1) if low > 21000 else rng.randrange(10000, 19999)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("", port))
+                b.bind(("", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free pair of ports below the ephemeral range (from %d)" % low)
 
 
 def autobyte_bin():

@@ -15,7 +15,7 @@ import warnings
 import torch
 
 from after_step_worker import CLAMP
-from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, free_port, launch, reference, run_ok  # noqa: F401
+from helpers import HERE, PY, ROOT, TMP as _tmp, TOL, WORKER, Compare, autobyte_bin, launch, master_port, reference, run_ok  # noqa: F401
 
 import autobyte.torch as ab  # noqa: E402
 from autobyte import AutobyteError  # noqa: E402
@@ -186,9 +186,9 @@ class TorchrunStyle(unittest.TestCase, Compare):
         # Something listens at MASTER_PORT all along and never answers, as
         # torchrun's store does.
         with socket.socket() as store:
-            store.bind(("127.0.0.1", 0))
+            port = master_port()
+            store.bind(("127.0.0.1", port))
             store.listen(8)
-            port = store.getsockname()[1]
             out = os.path.join(_tmp, "trun.pt")
             procs = []
             for r in range(2):
@@ -216,7 +216,7 @@ class TorchrunStyle(unittest.TestCase, Compare):
             print("\nSKIPPED test_torchrun: torch %s's torchrun cannot run a trivial script here: %s" % (torch.__version__, last),
                   file=sys.stderr, flush=True)
             self.skipTest("torch %s's torchrun cannot run a trivial script here: %s" % (torch.__version__, last))
-        port = free_port()
+        port = master_port()
         out = os.path.join(_tmp, "torchrun.pt")
         r = subprocess.run(run + ["--master_port", str(port), WORKER, "--backend", "autobyte", "--out", out] + self.ARGS,
                            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
@@ -225,7 +225,7 @@ class TorchrunStyle(unittest.TestCase, Compare):
 
     def test_multiprocessing_spawn(self):
         # The DDP tutorial's idiom: ranks passed to init, not in the environment.
-        port = free_port()
+        port = master_port()
         r = subprocess.run([PY, os.path.join(HERE, "spawn_worker.py"), str(port), os.path.join(_tmp, "spawn.pt")],
                            env=self.env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=180)
         self.assertEqual(r.returncode, 0, r.stdout)
