@@ -77,12 +77,29 @@ class Attention(nn.Module):
         return self.head(torch.tanh(h).mean(dim=1))
 
 
-MODELS = {"smooth": Smooth, "features": Features, "attention": Attention}
+class SparseEmbedding(nn.Module):
+    """A recommendation model's shape: sparse embedding bags, whose
+    gradients are sparse, feeding dense layers."""
+
+    def __init__(self):
+        super().__init__()
+        self.bag = nn.EmbeddingBag(40, 8, mode="mean", sparse=True)
+        self.item = nn.Embedding(30, 8, sparse=True)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x, step):
+        h = torch.cat([self.bag(x[:, :3]), self.item(x[:, 3] % 30)], dim=1)
+        return self.fc(torch.tanh(h))
+
+
+MODELS = {"smooth": Smooth, "features": Features, "attention": Attention, "sparse": SparseEmbedding}
 
 
 def batch(model_name, gen, n):
     if model_name == "attention":
         return torch.randn(n, 5, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+    if model_name == "sparse":
+        return torch.randint(0, 40, (n, 4), generator=gen), torch.randint(0, 4, (n,), generator=gen)
     if model_name == "smooth":
         return torch.randn(n, 3, 8, 8, generator=gen), torch.randint(0, 5, (n,), generator=gen)
     return torch.randn(n, 12, generator=gen), torch.randint(0, 4, (n,), generator=gen)
@@ -110,7 +127,30 @@ OPTIMIZERS = {
     "rprop": ("Rprop", dict(lr=0.01)),
     "adafactor": ("Adafactor", dict(lr=0.01)),
     "muon": ("Muon", dict(lr=0.02)),
+    "momentum": ("SGD", dict(lr=0.05, momentum=0.9)),  # torch's SGD takes no weight decay with sparse gradients
+    # Two optimizers, as a recommendation model's script has: SparseAdam for
+    # the sparse embeddings, Adam for the rest (only where the script owns
+    # the optimizers: the reference, ddp and autobyte-ddp).
+    "sparseadam+adam": (None, dict(lr=1e-2)),
 }
+
+
+class Optimizers:
+    """Several optimizers stepped as one."""
+
+    def __init__(self, *opts):
+        self.opts = opts
+
+    def zero_grad(self):
+        for o in self.opts:
+            o.zero_grad()
+
+    def step(self):
+        for o in self.opts:
+            o.step()
+
+    def state_dict(self):
+        return [o.state_dict() for o in self.opts]
 
 
 def implementations(cls):
@@ -145,8 +185,12 @@ def make_opt(name, model, groups):
     hyper-parameters and, where this torch has them, implementations
     (for-loop, foreach, fused)."""
     cls_name, kw = OPTIMIZERS[name]
-    cls = getattr(torch.optim, cls_name)
     params = [q for q in model.parameters() if q.requires_grad]
+    if name == "sparseadam+adam":
+        sparse = [m.weight for m in model.modules() if isinstance(m, (nn.Embedding, nn.EmbeddingBag)) and m.sparse]
+        dense = [q for q in params if all(q is not w for w in sparse)]
+        return Optimizers(torch.optim.SparseAdam(sparse, **kw), torch.optim.Adam(dense, **kw))
+    cls = getattr(torch.optim, cls_name)
     if cls_name == "Muon":
         params = [q for q in params if q.dim() == 2]  # Muon updates matrices only
     if not groups:
@@ -319,7 +363,11 @@ def train(a, opt_name, rank, world, out):
         if a.backend == "autobyte":
             opt.synchronize()
     if out:
-        torch.save({"losses": losses, "state": model.state_dict()}, out if rank == 0 else "%s.rank%d" % (out, rank))
+        # Which gradients the last backward left sparse (the wrapper hands
+        # sparse embeddings' sums back sparse, as DDP does).
+        sparse = {n: q.grad is not None and q.grad.is_sparse for n, q in model.named_parameters()}
+        torch.save({"losses": losses, "state": model.state_dict(), "sparse_grads": sparse},
+                   out if rank == 0 else "%s.rank%d" % (out, rank))
     if a.backend in ("autobyte", "autobyte-ddp"):
         import autobyte.torch as ab
         ab.shutdown()

@@ -109,7 +109,18 @@ class Layout:
                 if id(p) not in names:
                     raise AutobyteError("autobyte: the optimizer's parameter group %d holds a %s tensor that is not a parameter of the model" % (gi, tuple(p.shape)))
 
+        # How many modules hold each parameter directly: a weight tied to
+        # another module gets a dense gradient, whatever its embedding says.
+        holders = {}
+        for mod in model.modules():
+            for _, p in mod.named_parameters(recurse=False):
+                holders[id(p)] = holders.get(id(p), 0) + 1
+
         self.params, self.names, self.layer_of, self.group_of, self.wire = [], [], [], [], []
+        # Per tensor: the weight of an nn.Embedding or nn.EmbeddingBag with
+        # sparse=True (and in no other module), whose sum is handed back as
+        # a sparse gradient, as under DDP (see session.py).
+        self.sparse_grad = []
         self.layer_params = []
         self.module_layer = {}
         seen = set()
@@ -132,6 +143,8 @@ class Layout:
                 self.names.append(name)
                 self.group_of.append(in_opt[id(p)])
                 self.wire.append(_WIRE_OF.get(p.dtype, compression))
+                self.sparse_grad.append(isinstance(mod, (torch.nn.Embedding, torch.nn.EmbeddingBag)) and mod.sparse
+                                        and p is mod.weight and holders[id(p)] == 1)
             if ids:
                 layer = len(self.layer_params)
                 self.layer_params.append(ids)

@@ -21,10 +21,12 @@ PER_PARAMETER = tuple(getattr(torch.optim, n) for n in (
     "SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adadelta", "Adamax", "NAdam", "RAdam", "ASGD", "Rprop",
     "Adafactor", "Muon") if hasattr(torch.optim, n))
 
-# Why the others cannot be applied layer by layer.
+# Why these are refused.
 _REFUSED = {
     "LBFGS": "its step(closure) re-evaluates the loss and its line search couples every parameter",
-    "SparseAdam": "it needs sparse gradients, and autobyte synchronises dense ones",
+    "SparseAdam": "it takes sparse embeddings' weights only, and a process has one DistributedOptimizer; use "
+                  "autobyte.torch.DistributedDataParallel, which hands sparse embeddings' gradients back sparse and "
+                  "leaves the updates to the script's optimizers (SparseAdam for the embeddings, another for the rest)",
 }
 
 

@@ -269,11 +269,14 @@ class Session:
         with self.no_grad:
             g = None if zero else p.grad
             if g is not None:
-                if g.is_sparse:
-                    raise AutobyteError("autobyte: parameter %s has a sparse gradient; only dense gradients are supported" % self.names[t])
                 # Averaged before summing, as DDP does, so the two round
                 # alike; this is the one copy on the way in.
-                if g.dtype == torch.float32:
+                if g.is_sparse:
+                    # A sparse embedding's: sent dense (see _grad_of).
+                    b.zero_()
+                    b.add_(g)
+                    b.div_(self.world)
+                elif g.dtype == torch.float32:
                     torch.div(g, self.world, out=b)
                 else:
                     b.copy_(g)  # exact; the engine rounds the quotient to g's type on the wire
@@ -376,7 +379,13 @@ class Session:
         if self.flag[t].value <= 0:
             return None
         p = self.params[t]
-        return self.buf[t] if p.dtype == torch.float32 else self.buf[t].to(p.dtype)
+        g = self.buf[t] if p.dtype == torch.float32 else self.buf[t].to(p.dtype)
+        if self.layout.sparse_grad[t]:
+            # A sparse embedding's sum, handed back sparse as DDP does (so
+            # SparseAdam and the optimizers' sparse paths work): its rows
+            # with a non-zero sum. It travels dense, all rows every step.
+            g = g.to_sparse(1)
+        return g
 
     def _apply(self, layer, k):
         """Waits for layer's sums of step k and applies the update, with
@@ -596,6 +605,8 @@ class Session:
                     g, p = self._grad_of(t), self.params[t]
                     if g is None:
                         p.grad = None
+                    elif g.is_sparse:
+                        p.grad = g  # a tensor of its own
                     elif p.grad is not None and p.grad.shape == p.shape and p.grad.dtype == p.dtype and not p.grad.is_sparse:
                         p.grad.copy_(g)
                     else:
