@@ -92,7 +92,46 @@ class SparseEmbedding(nn.Module):
         return self.fc(torch.tanh(h))
 
 
-MODELS = {"smooth": Smooth, "features": Features, "attention": Attention, "sparse": SparseEmbedding}
+class Checkpointed(nn.Module):
+    """Activation checkpointing (torch.utils.checkpoint), as large models
+    train: each block's forward runs again inside backward. Odd blocks use
+    the reentrant implementation (torch 1.13's default), even ones the
+    non-reentrant one."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(12, 16)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.Linear(16, 16)) for _ in range(4))
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, step):
+        from torch.utils.checkpoint import checkpoint
+        h = torch.tanh(self.inp(x))
+        for i, b in enumerate(self.blocks):
+            h = h + checkpoint(b, h, use_reentrant=i % 2 == 1)
+        return self.out(h)
+
+
+class WeightNormed(nn.Module):
+    """Reparametrised weights: nn.utils.weight_norm's weight_g and weight_v
+    (a forward pre-hook recomputes the weight) and, where torch has it,
+    parametrizations.weight_norm's original0 and original1 (held by a
+    ParametrizationList, not by the layer that uses them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.utils.weight_norm(nn.Linear(12, 16))
+        self.b = nn.Linear(16, 16)
+        if hasattr(nn.utils, "parametrizations") and hasattr(nn.utils.parametrizations, "weight_norm"):
+            self.b = nn.utils.parametrizations.weight_norm(self.b)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, x, step):
+        return self.out(torch.tanh(self.b(torch.tanh(self.a(x)))))
+
+
+MODELS = {"smooth": Smooth, "features": Features, "attention": Attention, "sparse": SparseEmbedding,
+          "checkpointed": Checkpointed, "weightnorm": WeightNormed}
 
 
 def batch(model_name, gen, n):

@@ -243,7 +243,8 @@ class TorchrunStyle(unittest.TestCase, Compare):
 
 class Features(unittest.TestCase, Compare):
     """Shared (tied) parameters, a frozen weight, a branch unused on odd
-    steps and BatchNorm train like the exact data-parallel update."""
+    steps, BatchNorm, activation checkpointing and reparametrised weights
+    train like the exact data-parallel update."""
 
     def check(self, optimizer):
         args = ["--model", "features", "--optimizer", optimizer, "--iterations", "12"]
@@ -278,6 +279,29 @@ class Features(unittest.TestCase, Compare):
 
     def test_adam(self):
         self.check("adam")
+
+    def run_model(self, model, backend, launch_args):
+        args = ["--model", model, "--optimizer", "adam", "--iterations", "8"]
+        want = reference(self, args, os.path.join(_tmp, "%s-ref.pt" % model))
+        out = os.path.join(_tmp, "%s-%s.pt" % (model, backend))
+        run_ok(self, ["--workers", "3"] + launch_args, ["--backend", backend, "--out", out] + args)
+        got = torch.load(out)
+        self.assertSameTraining(got, want, "%s/%s" % (model, backend))
+        self.assertRanksEqual(out, 3)
+        self.assertMoved(got, "%s/%s" % (model, backend))
+
+    def test_activation_checkpointing(self):
+        # Each checkpointed block's forward runs again inside backward,
+        # reentrant and not: its hooks fire twice in a step.
+        self.run_model("checkpointed", "autobyte", ["--servers", "2", "--partition", "256B", "--credit", "1KB"])
+        self.run_model("checkpointed", "autobyte-ddp", ["--arch", "allreduce", "--partition", "256B", "--credit", "1KB"])
+
+    def test_weight_norm(self):
+        # The weight is computed from two parameters by a hook (weight_norm)
+        # or by a module that is no layer of its own (parametrizations):
+        # the update must be in place before either computes it.
+        self.run_model("weightnorm", "autobyte", ["--servers", "2", "--partition", "256B", "--credit", "1KB"])
+        self.run_model("weightnorm", "autobyte-ddp", ["--arch", "allreduce"])
 
 
 class Faults(unittest.TestCase):
