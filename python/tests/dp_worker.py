@@ -277,6 +277,9 @@ def main():
                    help="rank --die-rank stalls (sleeps 60 s, its process alive) at step --die-at instead of dying")
     p.add_argument("--other-model-rank", type=int, default=-1,
                    help="this rank trains another model (attention instead of --model, else features): a job started wrong")
+    p.add_argument("--comm-hook", choices=["bf16", "fp16", "fp16-wrapper", "builtin-fp16"], default=None,
+                   help="ddp and autobyte-ddp: register DDP's bf16_compress_hook, fp16_compress_hook, "
+                        "fp16_compress_wrapper(allreduce_hook) or the built-in FP16_COMPRESS after wrapping")
     p.add_argument("--short-rank", type=int, default=-1,
                    help="this rank runs half the iterations and ends normally, as one that runs out of data first")
     a = p.parse_args()
@@ -300,6 +303,19 @@ def main():
         dist.barrier()
         dist.destroy_process_group()
     print("done", rank, flush=True)
+
+
+def register_comm_hook(net, which):
+    if which is None:
+        return
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    if which == "builtin-fp16":
+        import torch.distributed as dist
+        net.register_builtin_comm_hook(dist.BuiltinCommHookType.FP16_COMPRESS)
+    elif which == "fp16-wrapper":
+        net.register_comm_hook(None, default_hooks.fp16_compress_wrapper(default_hooks.allreduce_hook))
+    else:
+        net.register_comm_hook(None, getattr(default_hooks, which + "_compress_hook"))
 
 
 def train(a, opt_name, rank, world, out):
@@ -338,6 +354,7 @@ def train(a, opt_name, rank, world, out):
             # at start, as autobyte does.
             net = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False,
                                                       find_unused_parameters=a.model == "features")
+            register_comm_hook(net, a.comm_hook)
             opt = make_opt(opt_name, model, a.groups)
             no_sync = net.no_sync
         elif a.backend == "autobyte-ddp":
@@ -345,6 +362,7 @@ def train(a, opt_name, rank, world, out):
             import autobyte.torch as ab
             ab.init()
             net = ab.DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=a.model == "features")
+            register_comm_hook(net, a.comm_hook)
             opt = make_opt(opt_name, model, a.groups)
             no_sync = net.no_sync
         else:

@@ -93,6 +93,81 @@ class GAN(unittest.TestCase):
         self.check(["--arch", "allreduce"], "allreduce")
 
 
+class CommHooks(unittest.TestCase):
+    """DDP's compression hooks are autobyte's compression: a run with the
+    hook equals, bit for bit, the same run with the launcher's
+    --compression, and differs from the float32 run (so the comparison can
+    fail)."""
+
+    ARGS = ["--model", "smooth", "--optimizer", "sgd", "--iterations", "5"]
+
+    def train(self, launch_args, hook, what):
+        out = tmp("hook-%s.pt" % what)
+        run_ok(self, ["--workers", "3"] + launch_args,
+               ["--backend", "autobyte-ddp", "--out", out] + (["--comm-hook", hook] if hook else []) + self.ARGS)
+        return torch.load(out), out
+
+    def check(self, launch_args, hook, compression, what):
+        got, out = self.train(launch_args, hook, what + "-hook")
+        want, _ = self.train(launch_args + ["--compression", compression], None, what + "-flag")
+        plain, _ = self.train(launch_args, None, what + "-float32")
+        self.assertEqual(got["losses"], want["losses"], what)
+        for k in want["state"]:
+            self.assertTrue(torch.equal(got["state"][k], want["state"][k]), "%s: %s" % (what, k))
+        self.assertFalse(all(torch.equal(got["state"][k], plain["state"][k]) for k in plain["state"]),
+                         "%s: the hook's run equals the float32 run" % what)
+        Compare.assertRanksEqual(self, out, 3)
+
+    def test_bf16_hook_on_servers(self):
+        self.check(["--servers", "2", "--partition", "256B", "--credit", "1KB"], "bf16", "bf16", "bf16-ps")
+
+    def test_fp16_wrapper_on_the_ring(self):
+        self.check(["--arch", "allreduce", "--partition", "256B", "--credit", "1KB"], "fp16-wrapper", "fp16", "fp16w-ring")
+
+    def test_builtin_fp16_on_the_ring(self):
+        got, _ = self.train(["--arch", "allreduce"], "builtin-fp16", "builtin-hook")
+        want, _ = self.train(["--arch", "allreduce", "--compression", "fp16"], None, "builtin-flag")
+        self.assertEqual(got["losses"], want["losses"])
+
+    def tearDown(self):
+        import autobyte.torch as ab
+        ab.shutdown()
+        ab._settings.pop("AUTOBYTE_COMPRESSION", None)
+
+    def test_refusals(self):
+        import autobyte.torch as ab
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        m = torch.nn.Linear(2, 2)
+
+        def mine(state, bucket):
+            return None
+        w = ab.DistributedDataParallel(m)
+        with self.assertRaisesRegex(ab.AutobyteError, r"register_comm_hook\(.*mine\): autobyte sums the gradients itself"):
+            w.register_comm_hook(None, mine)
+        with self.assertRaisesRegex(ab.AutobyteError, "register_comm_hook.*bf16_compress_wrapper.*autobyte sums"):
+            w.register_comm_hook(None, default_hooks.bf16_compress_wrapper(mine))
+        with self.assertRaisesRegex(ab.AutobyteError, "register_builtin_comm_hook\('SPARSE'\): unknown hook type"):
+            w.register_builtin_comm_hook("SPARSE")
+        w.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        self.assertEqual(w._autobyte.layout.wire, ["bfloat16", "bfloat16"])
+        with self.assertRaisesRegex(ab.AutobyteError, "a communication hook was registered already"):
+            w.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        ab.shutdown()
+
+        w = ab.DistributedDataParallel(m)
+        w(torch.ones(1, 2)).sum().backward()
+        with self.assertRaisesRegex(ab.AutobyteError, "register the hook before the first backward pass"):
+            w.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        ab.shutdown()
+
+        ab.init(compression="fp16")
+        w = ab.DistributedDataParallel(m)
+        with self.assertRaisesRegex(ab.AutobyteError, "means compression bf16, but init\(compression=...\) is 'fp16'"):
+            w.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        w.register_comm_hook(None, default_hooks.fp16_compress_hook)  # the same: fine
+        self.assertEqual(w._autobyte.layout.wire, ["float16", "float16"])
+
+
 class Arguments(unittest.TestCase):
     def test_grad_scaler_one_worker(self):
         # A GradScaler with float16 autocast over the wrapper, through a step

@@ -261,9 +261,10 @@ def _tracked_like(scheduled, step, optimizer):
     return tracked
 
 
-def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False):
+def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False, compression=None):
     """The process's one open session over model (optimizer None:
-    DistributedDataParallel's, which leaves the update to the caller)."""
+    DistributedDataParallel's, which leaves the update to the caller);
+    compression overrides the job's for this session."""
     for ref in _sessions:
         other = ref()
         if other is not None and not other.closed:
@@ -276,7 +277,10 @@ def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, 
                 "the next" % (type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
-    s = Session(optimizer, model, dict(_settings), rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
+    settings = dict(_settings)
+    if compression is not None:
+        settings["AUTOBYTE_COMPRESSION"] = compression
+    s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
     _sessions.append(weakref.ref(s))
     return s
 

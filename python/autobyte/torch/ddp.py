@@ -22,11 +22,23 @@ broadcasts them before every forward), ``bucket_cap_mb``,
 ``gradient_as_bucket_view`` and ``static_graph`` (no effect). GPUs
 (``device_ids``), another ``process_group`` and DDP's ``join()`` are
 refused with the reason.
+
+DDP's communication hooks that mean a wire type are taken as autobyte's
+compression (``register_comm_hook``, ``register_builtin_comm_hook``):
+``allreduce_hook`` (none), ``bf16_compress_hook`` and ``fp16_compress_hook``,
+also through ``bf16_compress_wrapper`` / ``fp16_compress_wrapper`` around
+``allreduce_hook``. The sums are float32 whatever the wire, so they are at
+least as accurate as the hooks' 16-bit all-reduce. Any other hook (PowerSGD,
+a script's own) is refused with the reason: autobyte sums the gradients
+itself.
 """
+
+import os
 
 import torch
 
 from .. import AutobyteError
+from .layout import wire_of_compression
 
 _NO_EFFECT = ("dim", "bucket_cap_mb", "find_unused_parameters", "check_reduction", "gradient_as_bucket_view",
               "static_graph", "broadcast_buffers", "init_sync")
@@ -56,6 +68,49 @@ class DistributedDataParallel(torch.nn.Module):
                                 "output_device, process_group, %s)" % (", ".join(unknown), ", ".join(_NO_EFFECT)))
         self.module = module
         self._autobyte = _open_session(None, module)
+        self._comm_hook = None
+
+    def register_comm_hook(self, state, hook):
+        """DDP's: a hook that means a wire type sets this model's
+        compression (see the module's comment); call it before the first
+        backward pass, once, on every worker."""
+        self._set_compression(_compression_of_hook(hook), "register_comm_hook(%s)" % _hook_name(hook))
+
+    def register_builtin_comm_hook(self, comm_hook_type):
+        """DDP's: ALLREDUCE (no compression) or FP16_COMPRESS (fp16)."""
+        name = getattr(comm_hook_type, "name", str(comm_hook_type))
+        compression = {"ALLREDUCE": "none", "FP16_COMPRESS": "fp16"}.get(name)
+        if compression is None:
+            raise AutobyteError("autobyte: register_builtin_comm_hook(%r): unknown hook type (known: ALLREDUCE, "
+                                "FP16_COMPRESS)" % (comm_hook_type,))
+        self._set_compression(compression, "register_builtin_comm_hook(%s)" % name)
+
+    def _set_compression(self, compression, what):
+        # The engine's wire types are fixed when it opens: the session opened
+        # at wrapping (which broadcast rank 0's state) is closed before
+        # anything was sent and opened again in the hook's compression.
+        # Every worker registers the same hook at the same point, as DDP
+        # requires, so they all meet at the second rendezvous.
+        from . import _open_session, _settings
+        s = self._autobyte
+        if self._comm_hook is not None:
+            raise AutobyteError("autobyte: %s: a communication hook was registered already (%s); DDP takes one, once"
+                                % (what, self._comm_hook))
+        if s.closed:
+            raise AutobyteError("autobyte: %s: the session is shut down" % what)
+        if s.iteration > 0 or any(k >= 0 for k in s.posted):
+            raise AutobyteError("autobyte: %s: register the hook before the first backward pass, as DDP requires; "
+                                "gradients were sent already" % what)
+        given, where = _settings.get("AUTOBYTE_COMPRESSION"), "init(compression=...)"
+        if given is None:
+            given, where = os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
+        if given not in (None, "") and (str(given).strip() == "auto"
+                                        or wire_of_compression(given, where) != wire_of_compression(compression, what)):
+            raise AutobyteError("autobyte: %s means compression %s, but %s is %r; keep one of the two"
+                                % (what, compression, where, given))
+        self._comm_hook = what
+        s.close(True)
+        self._autobyte = _open_session(None, self.module, broadcast=False, compression=compression)
 
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)
@@ -72,3 +127,32 @@ class DistributedDataParallel(torch.nn.Module):
     def autobyte_report(self):
         """The tuner and the configurations applied (see DistributedOptimizer)."""
         return self._autobyte.report()
+
+
+def _hook_name(hook):
+    return getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or repr(hook)
+
+
+def _compression_of_hook(hook):
+    """The compression DDP's hook means, or an AutobyteError naming it."""
+    default = None
+    try:
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks as default
+    except ImportError:  # a torch without torch.distributed
+        pass
+    if default is not None:
+        known = {default.allreduce_hook: "none", default.bf16_compress_hook: "bf16",
+                 default.fp16_compress_hook: "fp16"}
+        if hook in known:
+            return known[hook]
+        # bf16_compress_wrapper(allreduce_hook) and fp16_compress_wrapper(...):
+        # closures over the hook they wrap.
+        for kind in ("bf16", "fp16"):
+            if _hook_name(hook).startswith(kind + "_compress_wrapper."):
+                inner = [c.cell_contents for c in (getattr(hook, "__closure__", None) or ())]
+                if default.allreduce_hook in inner:
+                    return kind
+    raise AutobyteError("autobyte: register_comm_hook(%s): autobyte sums the gradients itself, so it takes only the "
+                        "hooks that mean a wire type: default_hooks.allreduce_hook, bf16_compress_hook and "
+                        "fp16_compress_hook (or bf16_compress_wrapper / fp16_compress_wrapper around allreduce_hook); "
+                        "for another hook, keep torch's DistributedDataParallel" % _hook_name(hook))
