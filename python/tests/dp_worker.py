@@ -305,6 +305,14 @@ def main():
     print("done", rank, flush=True)
 
 
+def plugin():
+    """autobyte.torch from this checkout, initialised."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    import autobyte.torch as ab
+    ab.init()
+    return ab
+
+
 def register_comm_hook(net, which):
     if which is None:
         return
@@ -358,17 +366,13 @@ def train(a, opt_name, rank, world, out):
             opt = make_opt(opt_name, model, a.groups)
             no_sync = net.no_sync
         elif a.backend == "autobyte-ddp":
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-            import autobyte.torch as ab
-            ab.init()
+            ab = plugin()
             net = ab.DistributedDataParallel(model, broadcast_buffers=False, find_unused_parameters=a.model == "features")
             register_comm_hook(net, a.comm_hook)
             opt = make_opt(opt_name, model, a.groups)
             no_sync = net.no_sync
         else:
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-            import autobyte.torch as ab
-            ab.init()
+            ab = plugin()
             net = model
             passes = K if a.accumulate_with == "passes" else 1
             opt = ab.DistributedOptimizer(make_opt(opt_name, model, a.groups), model, backward_passes_per_step=passes)
@@ -426,7 +430,6 @@ def train(a, opt_name, rank, world, out):
         torch.save({"losses": losses, "state": model.state_dict(), "sparse_grads": sparse},
                    out if rank == 0 else "%s.rank%d" % (out, rank))
     if a.backend in ("autobyte", "autobyte-ddp"):
-        import autobyte.torch as ab
         ab.shutdown()
 
 
