@@ -130,13 +130,33 @@ class WeightNormed(nn.Module):
         return self.out(torch.tanh(self.b(torch.tanh(self.a(x)))))
 
 
+class Recurrent(nn.Module):
+    """An embedding, a 2-layer LSTM and a GRU: recurrent modules hold
+    their weights as a flat list the kernel reads (_flat_weights)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(30, 8)
+        self.lstm = nn.LSTM(8, 12, num_layers=2, batch_first=True)
+        self.gru = nn.GRU(12, 8, batch_first=True)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x, step):
+        h, _ = self.lstm(self.embed(x))
+        h, _ = self.gru(h)
+        return self.head(h[:, -1])
+
+
 MODELS = {"smooth": Smooth, "features": Features, "attention": Attention, "sparse": SparseEmbedding,
-          "checkpointed": Checkpointed, "weightnorm": WeightNormed}
+          "checkpointed": Checkpointed, "weightnorm": WeightNormed,
+          "recurrent": Recurrent}
 
 
 def batch(model_name, gen, n):
     if model_name == "attention":
         return torch.randn(n, 5, 8, generator=gen), torch.randint(0, 3, (n,), generator=gen)
+    if model_name == "recurrent":
+        return torch.randint(0, 30, (n, 6), generator=gen), torch.randint(0, 4, (n,), generator=gen)
     if model_name == "sparse":
         return torch.randint(0, 40, (n, 4), generator=gen), torch.randint(0, 4, (n,), generator=gen)
     if model_name == "smooth":
