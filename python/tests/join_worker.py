@@ -9,7 +9,9 @@ and the learning rate its optimizer held after each of its own steps.
 
 --backend reference computes the same job in one process: step k sums
 the gradients of the ranks that still train at k, each over the number of
-workers (DDP's Join divides by the initial world size), and steps once.
+workers (DDP's Join divides by the initial world size; --divide-by-active:
+over the number of those ranks), and steps once. --backend autobyte-ddp
+and ddp run DDP's interface (see wrapped()).
 --mode picks a fault: "synced" (rank 1 calls sync_gradients at step 4,
 when the others have joined), "raise" (rank 1 raises inside join()), "no-flag" (join()
 without uneven_inputs=True).
@@ -58,7 +60,10 @@ def state(m, opt):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--backend", choices=["autobyte", "reference"], required=True)
+    ap.add_argument("--backend", choices=["autobyte", "autobyte-ddp", "ddp", "reference"], required=True,
+                    help="autobyte-ddp: autobyte.torch.DistributedDataParallel and model.join(); ddp: torch's")
+    ap.add_argument("--divide-by-active", action="store_true",
+                    help="autobyte-ddp and ddp: join(divide_by_initial_world_size=False)")
     ap.add_argument("--steps", required=True)
     ap.add_argument("--workers", type=int, default=3, help="reference: how many workers")
     ap.add_argument("--mode", default="ok", choices=["ok", "synced", "raise", "no-flag"])
@@ -72,13 +77,17 @@ def main():
         opt, sched = make_opt(m.parameters())
         for k in range(max(counts)):
             opt.zero_grad()
+            active = sum(1 for r in range(n) if counts[r] > k)
             for r in range(n):
                 if counts[r] > k:
                     x, y = batch(r, k)
-                    (loss_of(m, x, y) / n).backward()
+                    (loss_of(m, x, y) / (active if a.divide_by_active else n)).backward()
             opt.step()
             sched.step()
         torch.save({"state": state(m, opt)}, a.out)
+        return
+    if a.backend in ("autobyte-ddp", "ddp"):
+        wrapped(a, m, steps)
         return
     import autobyte.torch as ab
     ab.init()
@@ -101,6 +110,36 @@ def main():
     after = opt.param_groups[0]["lr"]
     opt.synchronize()
     torch.save({"state": state(m, opt), "lrs": lrs, "lr_after_join": after}, "%s.rank%d" % (a.out, rank))
+
+
+def wrapped(a, m, steps):
+    """DDP's interface: the model wrapped, the script's own optimizer and
+    scheduler, the loop inside model.join(). Only the parameters are saved:
+    a joined worker's optimizer does not step (DDP's Join), so optimizer
+    states differ between workers."""
+    if a.backend == "ddp":
+        import torch.distributed as dist
+        dist.init_process_group("gloo")
+        rank = dist.get_rank()
+        net = nn.parallel.DistributedDataParallel(m)
+    else:
+        import autobyte.torch as ab
+        ab.init()
+        rank = ab.rank()
+        net = ab.DistributedDataParallel(m)
+    opt, sched = make_opt(net.parameters())
+    with net.join(divide_by_initial_world_size=not a.divide_by_active):
+        for k in range(steps[rank % len(steps)]):
+            x, y = batch(rank, k)
+            opt.zero_grad()
+            loss_of(net, x, y).backward()
+            opt.step()
+            sched.step()
+    out = {"param." + n: p.detach().clone() for n, p in m.named_parameters()}
+    torch.save({"state": out}, "%s.rank%d" % (a.out, rank))
+    if a.backend == "ddp":
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

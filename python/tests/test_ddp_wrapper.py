@@ -168,6 +168,23 @@ class CommHooks(unittest.TestCase):
         self.assertEqual(w._autobyte.layout.wire, ["float16", "float16"])
 
 
+class JoinRefusals(unittest.TestCase):
+    def tearDown(self):
+        import autobyte.torch as ab
+        ab.shutdown()
+        ab._settings.pop("AUTOBYTE_COMPRESSION", None)
+
+    def test_join_with_compression_is_refused(self):
+        # join() ends with the last worker's parameters, which a bf16 wire
+        # would round.
+        import autobyte.torch as ab
+        ab.init(compression="bf16")
+        w = ab.DistributedDataParallel(torch.nn.Linear(2, 2))
+        with self.assertRaisesRegex(ab.AutobyteError, "join\\(\\) with compression or float16 parameters"):
+            with w.join():
+                pass
+
+
 class Arguments(unittest.TestCase):
     def test_grad_scaler_one_worker(self):
         # A GradScaler with float16 autocast over the wrapper, through a step
@@ -219,7 +236,8 @@ class Arguments(unittest.TestCase):
     def test_one_worker_is_plain_training(self):
         # One worker: .grad after backward is the worker's own, so plain
         # torch's training, clipping included, bit for bit; the state dict
-        # is DDP's ("module." prefix); join() and a second session refused.
+        # is DDP's ("module." prefix); join() is plain training too; a
+        # second session refused.
         import autobyte.torch as ab
         torch.manual_seed(0)
         m1 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
@@ -240,8 +258,21 @@ class Arguments(unittest.TestCase):
         for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
             self.assertTrue(torch.equal(a, b), n)
         self.assertEqual(list(w.state_dict())[0], "module.0.weight")
-        with self.assertRaisesRegex(ab.AutobyteError, "join\\(\\) is not supported"):
-            w.join()
+        # join() with one worker: plain training too.
+        with w.join():
+            for _ in range(2):
+                x = torch.randn(5, 4, generator=g)
+                for net, o in ((w, o1), (m2, o2)):
+                    o.zero_grad()
+                    net(x).pow(2).mean().backward()
+                    o.step()
+        for (n, a), b in zip(m1.named_parameters(), m2.parameters()):
+            self.assertTrue(torch.equal(a, b), n)
+        for kw, want in [({"throw_on_early_termination": True}, "throw_on_early_termination=True\\) is not supported"),
+                         ({"enable": 1}, "join\\(enable=1\\): want True or False")]:
+            with self.assertRaisesRegex(ab.AutobyteError, want):
+                with w.join(**kw):
+                    pass
         with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedOptimizer or DistributedDataParallel open"):
             ab.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1), m2)
 

@@ -24,9 +24,10 @@ STEPS = "3,7,0"  # rank 2 has no inputs at all
 WORKERS = 3
 
 
-def reference(out, steps=STEPS):
-    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", steps, "--workers", str(WORKERS),
-                        "--out", out], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+def reference(out, steps=STEPS, workers=WORKERS, extra=()):
+    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", steps, "--workers", str(workers),
+                        "--out", out] + list(extra), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=120)
     assert r.returncode == 0, r.stdout
     return torch.load(out)["state"]
 
@@ -84,6 +85,54 @@ class Join(unittest.TestCase, Compare):
         rc, output, _ = self.run_job("allreduce", "no-flag")
         self.assertNotEqual(rc, 0, output)
         self.assertIn("optimizer.join() needs DistributedOptimizer(..., uneven_inputs=True)", output)
+
+
+class WrapperJoin(unittest.TestCase):
+    """DistributedDataParallel.join(), DDP's: the joined workers' optimizers
+    do not step, and at the end every worker takes the parameters of the
+    highest-ranked worker among the last to train. So every worker ends with
+    the exact update's parameters (the last worker's optimizer took every
+    step), bit for bit the same on every worker, and, with 2 workers (a + b
+    or a + 0 in any order), bit for bit DDP's on gloo."""
+
+    def run_job(self, backend, launch_args, steps, workers, extra=()):
+        out = tmp("wjoin-%s-%s-%s" % (backend, "".join(launch_args).replace("-", ""), "".join(extra)))
+        rc, output, _ = launch(["--workers", str(workers)] + launch_args,
+                               ["--backend", backend, "--steps", steps, "--out", out] + list(extra),
+                               script=JOIN_WORKER, timeout=180)
+        self.assertEqual(rc, 0, output)
+        got = [torch.load("%s.rank%d" % (out, r))["state"] for r in range(workers)]
+        for r in range(1, workers):
+            for k, v in got[0].items():
+                self.assertTrue(torch.equal(v, got[r][k]), "rank %d's %s differs from rank 0's" % (r, k))
+        return got[0]
+
+    def check_exact(self, launch_args, extra=()):
+        got = self.run_job("autobyte-ddp", launch_args, STEPS, WORKERS, extra)
+        want = reference(tmp("wjoin-reference" + "".join(extra)), extra=extra)
+        for k, v in got.items():
+            self.assertLessEqual(rel(v, want[k]), 1e-5, "%s differs from the exact update" % k)
+        return got
+
+    def test_ps(self):
+        got = self.check_exact(["--servers", "2", "--partition", "256B", "--credit", "1KB"])
+        # The parameters moved after ranks 0 and 2 joined: 3 steps' update
+        # is not the result.
+        early = reference(tmp("wjoin-reference-3"), "3,3,0")
+        self.assertGreater(max(rel(v, early[k]) for k, v in got.items()), 1e-3)
+
+    def test_allreduce_divided_by_the_active_workers(self):
+        got = self.check_exact(["--arch", "allreduce"], ["--divide-by-active"])
+        by_world = reference(tmp("wjoin-reference"))
+        self.assertGreater(max(rel(v, by_world[k]) for k, v in got.items()), 1e-4,
+                           "dividing by the active workers made no difference: the check could not fail")
+
+    def test_against_ddp(self):
+        want = self.run_job("ddp", ["--arch", "allreduce"], "3,6", 2)
+        for launch_args in (["--servers", "1"], ["--arch", "allreduce", "--partition", "256B", "--credit", "1KB"]):
+            got = self.run_job("autobyte-ddp", launch_args, "3,6", 2)
+            for k, v in want.items():
+                self.assertTrue(torch.equal(got[k], v), "%s: %s differs from DDP's (%.1e)" % (launch_args, k, rel(got[k], v)))
 
 
 class Arguments(unittest.TestCase):

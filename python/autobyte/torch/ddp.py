@@ -20,8 +20,9 @@ stays None where no worker had one), ``broadcast_buffers`` (buffers are
 broadcast from rank 0 once, at wrapping, whatever its value; DDP's True
 broadcasts them before every forward), ``bucket_cap_mb``,
 ``gradient_as_bucket_view`` and ``static_graph`` (no effect). GPUs
-(``device_ids``), another ``process_group`` and DDP's ``join()`` are
-refused with the reason.
+(``device_ids``) and another ``process_group`` are refused with the reason.
+
+``join()`` is DDP's context manager for uneven inputs (see its comment).
 
 DDP's communication hooks that mean a wire type are taken as autobyte's
 compression (``register_comm_hook``, ``register_builtin_comm_hook``):
@@ -33,6 +34,7 @@ a script's own) is refused with the reason: autobyte sums the gradients
 itself.
 """
 
+import contextlib
 import os
 
 import torch
@@ -69,6 +71,7 @@ class DistributedDataParallel(torch.nn.Module):
         self.module = module
         self._autobyte = _open_session(None, module)
         self._comm_hook = None
+        self._compression = None  # a comm hook's, for the session's next opening
 
     def register_comm_hook(self, state, hook):
         """DDP's: a hook that means a wire type sets this model's
@@ -91,13 +94,11 @@ class DistributedDataParallel(torch.nn.Module):
         # anything was sent and opened again in the hook's compression.
         # Every worker registers the same hook at the same point, as DDP
         # requires, so they all meet at the second rendezvous.
-        from . import _open_session, _settings
+        from . import _settings
         s = self._autobyte
         if self._comm_hook is not None:
             raise AutobyteError("autobyte: %s: a communication hook was registered already (%s); DDP takes one, once"
                                 % (what, self._comm_hook))
-        if s.closed:
-            raise AutobyteError("autobyte: %s: the session is shut down" % what)
         if s.iteration > 0 or any(k >= 0 for k in s.posted):
             raise AutobyteError("autobyte: %s: register the hook before the first backward pass, as DDP requires; "
                                 "gradients were sent already" % what)
@@ -109,8 +110,29 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: %s means compression %s, but %s is %r; keep one of the two"
                                 % (what, compression, where, given))
         self._comm_hook = what
+        self._compression = compression
+        self._reopen(what, uneven_inputs=s.join is not None)
+
+    def _reopen(self, what, uneven_inputs):
+        """Closes the session and opens it again with this wrapper's
+        compression and uneven_inputs; every worker does it at the same
+        point (the same call in the same step), so they all meet at the new
+        rendezvous. Parameters are equal already: nothing is broadcast."""
+        from . import _open_session
+        s = self._autobyte
+        if s.closed:
+            raise AutobyteError("autobyte: %s: the session is shut down" % what)
         s.close(True)
-        self._autobyte = _open_session(None, self.module, broadcast=False, compression=compression)
+        s = self._autobyte = _open_session(None, self.module, broadcast=False, uneven_inputs=uneven_inputs,
+                                           compression=self._compression)
+        L = s.layout
+        if uneven_inputs and len(L.broadcast_layers) < L.layers:
+            # (Every worker finds the same, at the same point.)
+            s.close(True)
+            raise AutobyteError("autobyte: DistributedDataParallel.join() with compression or float16 parameters: it "
+                                "ends by giving every worker the last worker's parameters, which those wires would "
+                                "round; use DistributedOptimizer(optimizer, model, uneven_inputs=True) and "
+                                "optimizer.join(), whose workers stay equal all along")
 
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)
@@ -120,9 +142,36 @@ class DistributedDataParallel(torch.nn.Module):
         .grad; the next one outside it synchronises the sum (DDP's)."""
         return self._autobyte.no_sync()
 
-    def join(self, *args, **kwargs):
-        raise AutobyteError("autobyte: DistributedDataParallel.join() is not supported: for uneven inputs, use "
-                            "DistributedOptimizer(optimizer, model, uneven_inputs=True) and optimizer.join()")
+    @contextlib.contextmanager
+    def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
+        """DDP's context manager for uneven inputs: the training loop runs
+        inside, on every worker. A worker whose loop has ended takes part
+        in the others' backward passes with zero gradients until every
+        worker's loop has ended; then every worker takes the parameters of
+        the highest-ranked worker among the last to train, as DDP does
+        (buffers stay each worker's own, as under broadcast_buffers=False).
+        The sums are over the number of workers (divide_by_initial_world_size,
+        DDP's default) or over those that trained in that pass."""
+        for name, v in (("divide_by_initial_world_size", divide_by_initial_world_size), ("enable", enable),
+                        ("throw_on_early_termination", throw_on_early_termination)):
+            if not isinstance(v, bool):
+                raise AutobyteError("autobyte: DistributedDataParallel.join(%s=%r): want True or False" % (name, v))
+        if throw_on_early_termination:
+            raise AutobyteError("autobyte: DistributedDataParallel.join(throw_on_early_termination=True) is not "
+                                "supported: a worker learns that another has run out one backward pass later than "
+                                "under DDP, after its own update; leave it False (the joined workers follow)")
+        if not enable:
+            yield
+            return
+        s = self._autobyte
+        if s.join is None:
+            # The workers tell one another who still trains through one more
+            # tensor every pass, which the engine learns when it opens.
+            self._reopen("join()", uneven_inputs=True)
+            s = self._autobyte
+        s.join_divide_by_world = divide_by_initial_world_size
+        with s.join_context():
+            yield
 
     def autobyte_report(self):
         """The tuner and the configurations applied (see DistributedOptimizer)."""

@@ -131,6 +131,10 @@ class Session:
         self.no_grad = torch.no_grad()  # entered by one thread at a time (under self.lock)
         self.join_buf = torch.zeros(self.join.elems, dtype=torch.float32) if self.join else None
         self.in_join = False  # inside optimizer.join()
+        # DistributedDataParallel.join(divide_by_initial_world_size=False):
+        # a step's sums are over the workers that trained in it.
+        self.join_divide_by_world = True
+        self.join_last = None  # the highest rank among those that trained in the last step anyone did
 
         self.iteration = 0  # training steps taken so far
         self.posted = [-1] * len(self.params)  # last step each tensor was posted for
@@ -311,6 +315,7 @@ class Session:
                 self.timeline.span("backward", "compute", self.backward_began, now(), step=self.iteration)
                 self.backward_began = None
             if self.grad_mode:
+                self._post_join(self.iteration, [])
                 self._grads_in(self.iteration)
 
     def _pre_forward(self, layers):
@@ -534,6 +539,19 @@ class Session:
                 self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
                 summed = self.join_buf
                 active = self.join.active(summed)
+                if self.grad_mode:
+                    # DistributedDataParallel's: the update is the script's,
+                    # which a joined worker does not run; its parameters
+                    # are the last worker's once every worker is out.
+                    root = self.join_last
+                    self._grads_in(k)
+                    if self.timeline is not None:
+                        self.timeline.span("joined step", "wait", t0, now(), step=k)
+                    if not active:
+                        if root is not None:
+                            self._parameters_from(root)
+                        return
+                    continue
                 for r in active:
                     if self.join.synced(summed, r):
                         raise AutobyteError(
@@ -553,6 +571,30 @@ class Session:
                     self.timeline.span("joined step", "wait", t0, now(), step=k)
                 if not active:
                     return
+
+    def _parameters_from(self, root):
+        """One more step in which every worker takes root's parameters, as
+        DDP's join ends: root posts its values, the others negative zeros
+        (see _broadcast), on wires that carry them exactly (the wrapper's
+        join() refuses others). Buffers stay each worker's own."""
+        k = self.iteration
+        with torch.no_grad():
+            for t, p in enumerate(self.params):
+                f = self.flat[t]
+                f.fill_(-0.0)
+                if self.me == root:
+                    self.buf[t].copy_(p)
+                self.engine.post(t, self._engine_iter(k), f.data_ptr(), f.numel())
+                self.posted[t] = k
+            self._post_join(k, None)
+            for layer, ts in enumerate(self.layout.layer_params):
+                self.engine.wait_layer(layer, self._engine_iter(k))
+                for t in ts:
+                    self.params[t].copy_(self.buf[t])
+            self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
+        self.applied = [k] * len(self.applied)
+        self.applied_all = k
+        self.iteration = k + 1
 
     def _check_grads_unchanged(self, k):
         """Refuses a step whose gradients were changed after backward sent
@@ -598,11 +640,21 @@ class Session:
         parameter's .grad (None where no worker had a gradient); step k is
         then done. The caller holds the lock."""
         t0 = now()
+        scale = None
+        if self.join is not None:
+            self.engine.wait_layer(self.layout.join_layer, self._engine_iter(k))
+            active = self.join.active(self.join_buf)
+            if active:
+                self.join_last = max(active)
+            if not self.join_divide_by_world and 0 < len(active) < self.world:
+                scale = self.world / len(active)
         with torch.no_grad():
             for layer, ts in enumerate(self.layout.layer_params):
                 self.engine.wait_layer(layer, self._engine_iter(k))
                 for t in ts:
                     g, p = self._grad_of(t), self.params[t]
+                    if g is not None and scale is not None:
+                        g = g * scale
                     if g is None:
                         p.grad = None
                     elif g.is_sparse:
