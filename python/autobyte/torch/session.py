@@ -37,7 +37,13 @@ Without an optimizer (DistributedDataParallel, ddp.py) the session
 synchronises every trainable parameter of the model and ends each
 synchronising backward pass the way sync_gradients() does: the sums,
 averaged, are in .grad when backward returns, as under DDP, and the
-caller's own optimizer updates the parameters.
+caller's own optimizer updates the parameters. Its join() (uneven inputs)
+cannot replay that update on a joined worker, so it ends as DDP's does: one
+more step hands every worker the parameters of the last worker to train
+(_parameters_from).
+
+A sparse embedding's gradient (nn.Embedding(sparse=True)) travels dense and
+comes back sparse (Layout.sparse_grad, _grad_of), as DDP hands it back.
 """
 
 import contextlib
