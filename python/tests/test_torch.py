@@ -431,7 +431,8 @@ class Errors(unittest.TestCase):
 
         class Mine(torch.optim.SGD):
             pass  # a subclass may couple parameters in its step: refused too
-        with self.assertRaisesRegex(AutobyteError, "Mine is not supported; autobyte applies each layer's update on its own"):
+        with self.assertRaisesRegex(AutobyteError, "Mine is not supported; autobyte applies each layer's update on its own.*"
+                                    "wrap the model with autobyte.torch.DistributedDataParallel"):
             ab.DistributedOptimizer(Mine(m.parameters(), lr=0.1), m)
 
     def test_failed_setup_leaves_nothing_open(self):

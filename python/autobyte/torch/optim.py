@@ -40,7 +40,9 @@ def check_supported(optimizer):
     if why:
         raise AutobyteError("autobyte: %s is not supported: %s (supported: %s)" % (name, why, supported))
     raise AutobyteError("autobyte: %s is not supported; autobyte applies each layer's update on its own as soon as its "
-                        "gradients are synchronised, which is exact for torch.optim's per-parameter optimizers: %s" % (name, supported))
+                        "gradients are synchronised, which is exact for torch.optim's per-parameter optimizers: %s. "
+                        "With another optimizer, wrap the model with autobyte.torch.DistributedDataParallel, which "
+                        "leaves the update to the script's optimizer" % (name, supported))
 
 
 def hyper_parameters(optimizer):
