@@ -7,7 +7,7 @@ paths (SparseAdam for the embeddings beside Adam for the rest), and
 DistributedOptimizer updates them with its optimizer's sparse path. Each
 case runs 3 workers against the exact update (dp_worker.py's reference: one
 process, every worker's batches), with every worker ending on the same
-parameters.
+parameters; with 2 workers the wrapper gives DDP's bits.
 """
 
 import unittest
@@ -42,6 +42,24 @@ class SparseEmbeddings(unittest.TestCase, Compare):
         for k in EMBEDDINGS:
             self.assertTrue(got["sparse_grads"][k], "%s's gradient came back dense" % k)
         self.assertFalse(got["sparse_grads"]["fc.weight"], "a dense layer's gradient came back sparse")
+
+    def test_wrapper_against_ddp(self):
+        # 2 workers (every sum a + b, in any order): DDP's sparse all-reduce
+        # on gloo and autobyte's dense sums give the same bits, and the
+        # gradients come back sparse on both.
+        args = ["--model", "sparse", "--optimizer", "sparseadam+adam", "--iterations", "6", "--batch", "6"]
+        want_out = tmp("sparse-ddp.pt")
+        run_ok(self, ["--workers", "2", "--arch", "allreduce"], ["--backend", "ddp", "--out", want_out] + args)
+        want = torch.load(want_out)
+        self.assertMoved(want, "DDP")
+        for launch_args in (["--servers", "1"], ["--arch", "allreduce", "--partition", "128B", "--credit", "512B"]):
+            out = tmp("sparse-vs-ddp-%d.pt" % len(launch_args))
+            run_ok(self, ["--workers", "2"] + launch_args, ["--backend", "autobyte-ddp", "--out", out] + args)
+            got = torch.load(out)
+            self.assertEqual(got["losses"], want["losses"], launch_args)
+            for k, v in want["state"].items():
+                self.assertTrue(torch.equal(got["state"][k], v), "%s: %s differs from DDP's" % (launch_args, k))
+            self.assertEqual(got["sparse_grads"], want["sparse_grads"])
 
     def test_wrapper_momentum_on_the_ring(self):
         self.check("autobyte-ddp", "momentum", ["--arch", "allreduce", "--partition", "128B", "--credit", "512B"],
