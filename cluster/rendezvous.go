@@ -265,12 +265,21 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 				names = append(names, fmt.Sprintf("worker %d", r))
 			}
 		}
+		serverMissing := false
 		for s := range servers {
 			if sconns[s] == nil {
 				names = append(names, fmt.Sprintf("server %d", s))
+				serverMissing = true
 			}
 		}
-		return fmt.Sprintf("%s, of %s and %s", listMembers(names), plural(workers, "worker"), plural(servers, "server"))
+		out := fmt.Sprintf("%s, of %s and %s", listMembers(names), plural(workers, "worker"), plural(servers, "server"))
+		if serverMissing {
+			// A script that opens the engine again (after shutdown(), or
+			// for a DDP communication hook or join()) starts a new job,
+			// which servers started by hand may have stopped serving.
+			out += " (a server started by hand serves as many jobs as its --sessions says, 1 by default)"
+		}
+		return out
 	}
 	ctx, stop := p.watch(ctx, l.Addr().String(), waiting)
 	defer stop()

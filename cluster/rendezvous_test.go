@@ -55,7 +55,7 @@ func TestRendezvousTimeoutNamesMissing(t *testing.T) {
 	if !errors.As(err, &te) {
 		t.Fatalf("Coordinate: got %v, want a *RendezvousTimeoutError", err)
 	}
-	if want := "still waiting for worker 2 and server 0, of 3 workers and 1 server."; !strings.Contains(err.Error(), want) {
+	if want := "still waiting for worker 2 and server 0, of 3 workers and 1 server (a server started by hand serves as many jobs as its --sessions says, 1 by default)."; !strings.Contains(err.Error(), want) {
 		t.Errorf("error %q does not say %q", err, want)
 	}
 	if took < p.Timeout || took > p.Timeout+3*time.Second {
