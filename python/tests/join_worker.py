@@ -48,8 +48,12 @@ def loss_of(m, x, y):
     return nn.functional.cross_entropy(m(x), y)
 
 
+def params(m):
+    return {"param." + n: p.detach().clone() for n, p in m.named_parameters()}
+
+
 def state(m, opt):
-    out = {"param." + n: p.detach().clone() for n, p in m.named_parameters()}
+    out = params(m)
     sd = opt.state_dict()
     for i, s in sd["state"].items():
         for k, v in s.items():
@@ -135,8 +139,7 @@ def wrapped(a, m, steps):
             loss_of(net, x, y).backward()
             opt.step()
             sched.step()
-    out = {"param." + n: p.detach().clone() for n, p in m.named_parameters()}
-    torch.save({"state": out}, "%s.rank%d" % (a.out, rank))
+    torch.save({"state": params(m)}, "%s.rank%d" % (a.out, rank))
     if a.backend == "ddp":
         dist.barrier()
         dist.destroy_process_group()

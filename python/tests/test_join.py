@@ -24,8 +24,8 @@ STEPS = "3,7,0"  # rank 2 has no inputs at all
 WORKERS = 3
 
 
-def reference(out, steps=STEPS, workers=WORKERS, extra=()):
-    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", steps, "--workers", str(workers),
+def reference(out, steps=STEPS, extra=()):
+    r = subprocess.run([PY, JOIN_WORKER, "--backend", "reference", "--steps", steps, "--workers", str(WORKERS),
                         "--out", out] + list(extra), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                        text=True, timeout=120)
     assert r.returncode == 0, r.stdout

@@ -35,12 +35,11 @@ itself.
 """
 
 import contextlib
-import os
 
 import torch
 
 from .. import AutobyteError
-from .layout import wire_of_compression
+from .layout import compression_setting, wire_of_compression
 
 _NO_EFFECT = ("dim", "bucket_cap_mb", "find_unused_parameters", "check_reduction", "gradient_as_bucket_view",
               "static_graph", "broadcast_buffers", "init_sync")
@@ -102,9 +101,7 @@ class DistributedDataParallel(torch.nn.Module):
         if s.iteration > 0 or any(k >= 0 for k in s.posted):
             raise AutobyteError("autobyte: %s: register the hook before the first backward pass, as DDP requires; "
                                 "gradients were sent already" % what)
-        given, where = _settings.get("AUTOBYTE_COMPRESSION"), "init(compression=...)"
-        if given is None:
-            given, where = os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
+        given, where = compression_setting(_settings, "init(compression=...)")
         if given not in (None, "") and (str(given).strip() == "auto"
                                         or wire_of_compression(given, where) != wire_of_compression(compression, what)):
             raise AutobyteError("autobyte: %s means compression %s, but %s is %r; keep one of the two"

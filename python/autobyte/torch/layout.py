@@ -25,6 +25,8 @@ those tensors are posted at iteration 0 only, from the same staging
 buffers, so they cost no memory.
 """
 
+import os
+
 import torch
 
 from .. import AutobyteError
@@ -43,6 +45,15 @@ TRAINABLE = (torch.float32,) + tuple(_WIRE_OF)
 _COMPRESSION = {"none": "float32", "float32": "float32", "fp32": "float32", "f32": "float32", "": "float32",
                 "bf16": "bfloat16", "bfloat16": "bfloat16",
                 "fp16": "float16", "float16": "float16", "f16": "float16", "half": "float16"}
+
+
+def compression_setting(settings, init_name="compression"):
+    """The job's compression as (value, where it came from): init()'s
+    setting (in settings, named init_name in errors), else the environment's
+    AUTOBYTE_COMPRESSION, else None."""
+    if settings.get("AUTOBYTE_COMPRESSION") is not None:
+        return settings["AUTOBYTE_COMPRESSION"], init_name
+    return os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
 
 
 def wire_of_compression(value, where):

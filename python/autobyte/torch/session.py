@@ -60,7 +60,7 @@ from .._native import Engine
 from ..timeline import Timeline, now
 from . import hooks
 from .join import JoinCodec
-from .layout import Layout, wire_of_compression
+from .layout import Layout, compression_setting, wire_of_compression
 from .optim import LayerUpdates, hyper_parameters
 
 
@@ -82,11 +82,7 @@ class Session:
             optimizer = types.SimpleNamespace(param_groups=[{"params": [p for p in model.parameters() if p.requires_grad]}])
         self.opt, self.model = optimizer, model
         self.passes_per_step = backward_passes_per_step
-        compression = settings.get("AUTOBYTE_COMPRESSION")
-        where = "compression"
-        if compression is None:
-            compression, where = os.environ.get("AUTOBYTE_COMPRESSION"), "environment AUTOBYTE_COMPRESSION"
-        L = self.layout = Layout(model, optimizer, wire_of_compression(compression, where))
+        L = self.layout = Layout(model, optimizer, wire_of_compression(*compression_setting(settings)))
         self.params, self.names = L.params, L.names
         if L.outside_opt:
             shown = ", ".join(L.outside_opt[:3]) + (", ..." if len(L.outside_opt) > 3 else "")
@@ -195,19 +191,25 @@ class Session:
     def _engine_iter(k):
         return k + 1
 
+    def _stage_values(self, t, root):
+        """Fills tensor t's buffer for a broadcast from root: root's values
+        of the parameter, negative zeros on the other workers. x + (-0) is x
+        for every x (+0 included), so the sums are root's bits."""
+        f = self.flat[t]
+        f.fill_(-0.0)
+        if self.me == root:
+            self.buf[t].copy_(self.params[t])
+        return f
+
     def _broadcast(self):
-        # Rank 0 posts its values, the others negative zeros: x + (-0) is x
-        # for every x (+0 included), so the sums are rank 0's bits. Layers
-        # whose wire would round (see layout.py) go through their float32
-        # broadcast tensors, from the same buffers; their own tensors skip
-        # iteration 0, and their gates are not waited for.
+        # Rank 0's values (_stage_values). Layers whose wire would round
+        # (see layout.py) go through their float32 broadcast tensors, from
+        # the same buffers; their own tensors skip iteration 0, and their
+        # gates are not waited for.
         L = self.layout
         with torch.no_grad():
             for t, p in enumerate(self.params):
-                f = self.flat[t]
-                f.fill_(-0.0)
-                if self.me == 0:
-                    self.buf[t].copy_(p)
+                f = self._stage_values(t, 0)
                 tensor = L.bcast_tensor.get(t, t)
                 self.engine.post(tensor, 0, f.data_ptr(), f.numel() if tensor == t else p.numel())
             flat = None
@@ -549,13 +551,12 @@ class Session:
                     # DistributedDataParallel's: the update is the script's,
                     # which a joined worker does not run; its parameters
                     # are the last worker's once every worker is out.
-                    root = self.join_last
                     self._grads_in(k)
                     if self.timeline is not None:
                         self.timeline.span("joined step", "wait", t0, now(), step=k)
                     if not active:
-                        if root is not None:
-                            self._parameters_from(root)
+                        if self.join_last is not None:
+                            self._parameters_from(self.join_last)
                         return
                     continue
                 for r in active:
@@ -580,16 +581,13 @@ class Session:
 
     def _parameters_from(self, root):
         """One more step in which every worker takes root's parameters, as
-        DDP's join ends: root posts its values, the others negative zeros
-        (see _broadcast), on wires that carry them exactly (the wrapper's
-        join() refuses others). Buffers stay each worker's own."""
+        DDP's join ends (_stage_values), on wires that carry them exactly
+        (the wrapper's join() refuses others). Buffers stay each worker's
+        own."""
         k = self.iteration
         with torch.no_grad():
-            for t, p in enumerate(self.params):
-                f = self.flat[t]
-                f.fill_(-0.0)
-                if self.me == root:
-                    self.buf[t].copy_(p)
+            for t in range(len(self.params)):
+                f = self._stage_values(t, root)
                 self.engine.post(t, self._engine_iter(k), f.data_ptr(), f.numel())
                 self.posted[t] = k
             self._post_join(k, None)
