@@ -18,9 +18,11 @@ const (
 	// largest run of the repository's suites and scripts by far, and what
 	// a laptop can spare.
 	MaxMemoryBytes = 8 << 30
-	// MaxEvents bounds the estimated events of a run: about 15 minutes at
-	// the 2-2.5 million events/s measured on a 2-core machine. The largest
-	// runs of the tuner suites are below 10^8.
+	// MaxEvents bounds the estimated events of a run: 15-40 minutes on a
+	// 2-core machine, which handles 2-2.5 million events/s in small runs
+	// and 0.8-1 million in runs of a thousand workers or more (their
+	// queues and tables no longer fit the caches). The largest runs of the
+	// tuner suites are below 10^8.
 	MaxEvents = 2e9
 	// MaxPlacementOps bounds the work of placing pieces on servers (one
 	// sort of the servers by load per piece): about a minute.
@@ -194,7 +196,7 @@ func (o *Options) overBudget(e Estimate) error {
 			cause = "iterations"
 		}
 		return &BudgetError{Cause: cause, Estimate: e,
-			What: fmt.Sprintf("sim: an estimated %.3g events exceed the limit of %.3g (about 15 minutes; %.3g messages)", e.Events, float64(MaxEvents), e.Messages*float64(o.Iterations))}
+			What: fmt.Sprintf("sim: an estimated %.3g events exceed the limit of %.3g (15-40 minutes on 2 cores; %.3g messages)", e.Events, float64(MaxEvents), e.Messages*float64(o.Iterations))}
 	}
 	return nil
 }

@@ -135,6 +135,11 @@ type Options struct {
 	// the scheduling of every worker from a later iteration (tuning.go).
 	// It is stateful: use a fresh one per run.
 	Tuner tune.Tuner
+
+	// Progress, if set, is called each time the leader ends an iteration,
+	// with that iteration and the events handled so far. It only observes
+	// (a long run's progress report); the run does not depend on it.
+	Progress func(iteration int, events int64)
 }
 
 // Result is what one run measured.

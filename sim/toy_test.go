@@ -70,3 +70,36 @@ func TestEgressHonoursPriority(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressObservesEveryIteration: Progress sees each iteration once, in
+// order, with the events handled so far, and the run is the same with it
+// as without it.
+func TestProgressObservesEveryIteration(t *testing.T) {
+	o := toyOptions(t, sched.Config{PartitionBytes: 500_000, CreditBytes: 1_000_000, Order: sched.OrderPriority})
+	plain, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []int
+	var last int64
+	o.Progress = func(k int, events int64) {
+		if events < last || events > plain.Events {
+			t.Errorf("iteration %d: %d events after %d, of %d in the run", k, events, last, plain.Events)
+		}
+		seen, last = append(seen, k), events
+	}
+	watched, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int, o.Iterations)
+	for k := range want {
+		want[k] = k
+	}
+	if !slices.Equal(seen, want) {
+		t.Errorf("Progress saw iterations %v, want %v", seen, want)
+	}
+	if !slices.Equal(watched.IterationTimesS, plain.IterationTimesS) || watched.Events != plain.Events {
+		t.Errorf("watching changed the run: %v (%d events) vs %v (%d)", watched.IterationTimesS, watched.Events, plain.IterationTimesS, plain.Events)
+	}
+}

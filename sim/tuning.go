@@ -38,6 +38,9 @@ func (s *simulation) iterationDone(k int) {
 	st.BandwidthBps = s.o.BandwidthAt(k)
 	st.Config = s.configAt(k)
 	s.stats = append(s.stats, st)
+	if s.o.Progress != nil {
+		s.o.Progress(k, s.events)
+	}
 	if s.o.Tuner == nil {
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/autobyte/autobyte/sim"
 	"github.com/autobyte/autobyte/units"
@@ -634,5 +635,28 @@ func TestBalanceHint(t *testing.T) {
 	// The usual sizes are even: no hint (8 workers, 8 servers).
 	if out, err := run(t, "sim", "--model", "resnet50", "--workers", "8", "--iterations", "3"); err != nil || strings.Contains(out, "balance") {
 		t.Errorf("8 servers: a balance hint (%v):\n%s", err, out)
+	}
+}
+
+// TestSimProgress: a long simulation reports at most one line per interval
+// on stderr, none for the last iteration, and nothing within its first
+// interval.
+func TestSimProgress(t *testing.T) {
+	var b strings.Builder
+	report := simProgress(&b, 4, 0)
+	for k := range 4 {
+		report(k, int64(1000*(k+1)))
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "sim: iteration 1 of 4, 1e+03 events in ") || !strings.Contains(lines[2], "iteration 3 of 4, 3e+03 events") || !strings.HasSuffix(lines[2], " left") {
+		t.Errorf("every iteration reported as:\n%s", b.String())
+	}
+	b.Reset()
+	report = simProgress(&b, 4, time.Hour)
+	for k := range 4 {
+		report(k, 1)
+	}
+	if b.Len() != 0 {
+		t.Errorf("a run shorter than the interval reported %q", b.String())
 	}
 }

@@ -38,7 +38,8 @@ its sender's link before its bytes (measure yours with
 scripts/message-cost.sh). --wire connections gives every pair of hosts its
 own sender and lets the messages in flight share each link fairly, as the
 runtime's connections and TCP do; the default, host, sends the most urgent
-message of each host first.`,
+message of each host first. A run longer than 5 s reports its progress on
+stderr every 5 s.`,
 		Example: `  autobyte sim --model vgg16 --arch ps --workers 8 --bandwidth 10Gbps --scheduler bytescheduler
   autobyte sim --model toy3 --workers 1 --servers 1 --bandwidth 1MB/s --latency 0 --scheduler fifo --json
   autobyte sim --model resnet50 --workers 8 --bandwidth 100Gbps --partition 256KB --message-cost 15us`,
@@ -72,6 +73,7 @@ message of each host first.`,
 				defer tf.Close()
 				o.Trace = trace.NewWriter(tf)
 			}
+			o.Progress = simProgress(cmd.ErrOrStderr(), o.Iterations, progressEvery)
 			start := time.Now()
 			r, err := sim.Run(o)
 			if err != nil {
@@ -316,4 +318,27 @@ func (r simReport) balanceHint() string {
 		hint += fmt.Sprintf("; smaller pieces would (e.g. --partition %s), or --tuner autobyte, which tunes the partition", size)
 	}
 	return hint
+}
+
+// progressEvery is how often a long simulation reports its progress.
+const progressEvery = 5 * time.Second
+
+// simProgress is a sim.Options.Progress that reports a long run on w (the
+// command's stderr, so that --json's stdout stays one object): nothing for
+// its first interval, then at most one line per interval, with the time
+// left extrapolated from the iterations done.
+func simProgress(w io.Writer, iterations int, every time.Duration) func(int, int64) {
+	start := time.Now()
+	last := start
+	return func(k int, events int64) {
+		now := time.Now()
+		if now.Sub(last) < every || k+1 >= iterations {
+			return
+		}
+		last = now
+		done, elapsed := k+1, now.Sub(start)
+		left := time.Duration(float64(elapsed) * float64(iterations-done) / float64(done))
+		fmt.Fprintf(w, "sim: iteration %d of %d, %.3g events in %s, about %s left\n",
+			done, iterations, float64(events), elapsed.Round(time.Second), left.Round(time.Second))
+	}
 }
