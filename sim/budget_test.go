@@ -9,6 +9,7 @@ import (
 
 	"github.com/autobyte/autobyte/model"
 	"github.com/autobyte/autobyte/sched"
+	"github.com/autobyte/autobyte/tune"
 )
 
 func zooOptions(t *testing.T, name string, arch Arch, workers int, part int64) Options {
@@ -178,5 +179,40 @@ func TestProcessesBudget(t *testing.T) {
 	}
 	if err := ProcessesBudget(100_000, 0, 0); err != nil {
 		t.Errorf("memory unknown: %v, want no refusal", err)
+	}
+}
+
+// TestBudgetFollowsTheTuner: the budget is estimated with the first
+// configuration, so a tuner's smaller partition is estimated again when it
+// is proposed, and one over budget ends the run with an error naming the
+// tuner, the iteration and the configuration, before any piece of it is
+// made. A proposal within budget (the control) is taken.
+func TestBudgetFollowsTheTuner(t *testing.T) {
+	o := zooOptions(t, "vgg16", PS, 8, 4_000_000)
+	for _, c := range []struct {
+		part int64
+		want string // "" = the run completes with the change
+	}{
+		{1, "the scripted tuner's configuration from iteration 2 (partition 1 B"},
+		{1_000_000, ""},
+	} {
+		cfg := o.Sched
+		cfg.PartitionBytes = c.part
+		o.Tuner = &scripted{plan: map[int]tune.Proposal{0: {Config: cfg, FromIteration: 2}}}
+		start := time.Now()
+		r, err := Run(o)
+		if c.want == "" {
+			if err != nil || len(r.Configs) != 2 || r.Configs[1].Config.PartitionBytes != c.part {
+				t.Errorf("partition %d from iteration 2: %v, configs %+v", c.part, err, r)
+			}
+			continue
+		}
+		var be *BudgetError
+		if !errors.As(err, &be) || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "of memory exceeds") {
+			t.Errorf("partition %d from iteration 2: error %v, want a *BudgetError containing %q", c.part, err, c.want)
+		}
+		if el := time.Since(start); el > 10*time.Second {
+			t.Errorf("the refused proposal ended the run after %v", el)
+		}
 	}
 }

@@ -58,6 +58,15 @@ func (s *simulation) reconfigure(p tune.Proposal, k int) {
 		s.check(err)
 		return
 	}
+	// The run's budget was estimated with the first configuration; a
+	// smaller partition from a tuner multiplies the pieces, so the rest of
+	// the run is estimated again under the new one and ended if over.
+	rest := s.o
+	rest.Sched, rest.Iterations = ch.Config, max(1, s.o.Iterations-ch.FromIteration)
+	if _, err := rest.Budget(); err != nil {
+		s.check(fmt.Errorf("the %s tuner's configuration from iteration %d (%s): %w", s.o.Tuner.Name(), ch.FromIteration, ch.Config.Knobs(), err))
+		return
+	}
 	leader := s.workers[0]
 	if _, err := leader.m.Reconfigure(ch.Config, ch.FromIteration); err != nil {
 		s.check(err)
