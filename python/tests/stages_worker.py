@@ -2,8 +2,11 @@
 the other in one process (as scripts that train a head and then fine-tune
 the whole model do): stage 1 trains the head alone, autobyte.torch.shutdown()
 ends it, and stage 2 distributes a new optimizer over the whole model.
+--backend autobyte-ddp does the same as a DDP script: each stage wraps the
+model in autobyte.torch.DistributedDataParallel with a plain optimizer, and
+deleting stage 1's wrapper (del net) releases it for stage 2's.
 
-    stages_worker.py --out FILE [--backend autobyte|reference] [--world N]
+    stages_worker.py --out FILE [--backend autobyte|autobyte-ddp|reference] [--world N]
 
 --backend reference computes the exact update in one process (the batches of
 every rank at once); rank 0 of an autobyte run saves its parameters to FILE
@@ -30,7 +33,7 @@ def batch(rank, stage, step):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--backend", choices=["autobyte", "reference"], default="autobyte")
+    p.add_argument("--backend", choices=["autobyte", "autobyte-ddp", "reference"], default="autobyte")
     p.add_argument("--world", type=int, default=0)
     a = p.parse_args()
     torch.manual_seed(0)
@@ -58,14 +61,22 @@ def main():
             for p_ in body.parameters():
                 p_.requires_grad_(True)
         params = head.parameters() if stage == 1 else model.parameters()
-        opt = ab.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), model)
+        if a.backend == "autobyte-ddp":
+            net = ab.DistributedDataParallel(model)
+            opt = torch.optim.SGD(params, lr=0.1)
+        else:
+            net = model
+            opt = ab.DistributedOptimizer(torch.optim.SGD(params, lr=0.1), model)
         for step in range(STEPS):
             opt.zero_grad()
             x, y = batch(rank, stage, step)
-            loss_fn(model(x), y).backward()
+            loss_fn(net(x), y).backward()
             opt.step()
-        opt.synchronize()
-        ab.shutdown()
+        if a.backend == "autobyte-ddp":
+            del net  # no shutdown(): the next wrapping closes a deleted wrapper's session
+        else:
+            opt.synchronize()
+            ab.shutdown()
     if rank == 0:
         torch.save(model.state_dict(), a.out)
     print("rank %d checksum %.9f" % (rank, sum(v.double().sum().item() for v in model.state_dict().values())))

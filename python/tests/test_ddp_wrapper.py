@@ -220,6 +220,31 @@ class Arguments(unittest.TestCase):
         import autobyte.torch as ab
         ab.shutdown()
 
+    def test_deleted_wrapper_releases_its_session(self):
+        # A DDP script that wraps a model per stage: deleting the first
+        # wrapper lets the second open (its session is closed then), while one still referenced keeps it open and a
+        # second wrapper is refused, naming the way out. Even a wrapper held
+        # in a reference cycle counts as deleted.
+        import gc
+        import autobyte.torch as ab
+        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
+        first = ab.DistributedDataParallel(m)
+        session = first._autobyte
+        with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedDataParallel open.*del model"):
+            ab.DistributedDataParallel(torch.nn.Sequential(m, torch.nn.Linear(2, 1)))
+        self.assertFalse(session.closed, "a refused wrapping closed the open session")
+        first.cycle = [first]  # collected only by the garbage collector
+        del first
+        gc.disable()  # the wrapping must collect the cycle itself
+        try:
+            second = ab.DistributedDataParallel(torch.nn.Sequential(m, torch.nn.Linear(2, 1)))
+        finally:
+            gc.enable()
+        self.assertTrue(session.closed, "the deleted wrapper's session is still open")
+        x = torch.randn(5, 4)
+        second(x).sum().backward()
+        self.assertIsNotNone(m[0].weight.grad)
+
     def test_refusals(self):
         import autobyte.torch as ab
         m = torch.nn.Linear(2, 2)
@@ -273,7 +298,7 @@ class Arguments(unittest.TestCase):
             with self.assertRaisesRegex(ab.AutobyteError, want):
                 with w.join(**kw):
                     pass
-        with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedOptimizer or DistributedDataParallel open"):
+        with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedDataParallel open.*delete its DistributedDataParallel"):
             ab.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1), m2)
 
 

@@ -95,16 +95,19 @@ class Stages(unittest.TestCase):
     """Two DistributedOptimizers one after the other in one script (the
     head alone, then autobyte.torch.shutdown() and the whole model): on the
     ring and on parameter servers, which serve the second engine as a new
-    job, every rank ends where the exact update of both stages ends."""
+    job, every rank ends where the exact update of both stages ends. The
+    same with a DistributedDataParallel per stage, the first deleted
+    instead of shut down."""
 
     SCRIPT = os.path.join(HERE, "stages_worker.py")
 
-    def check(self, launch_args):
-        ref, got = os.path.join(_tmp, "stages-ref.pt"), os.path.join(_tmp, "stages-%s.pt" % "-".join(launch_args))
+    def check(self, launch_args, backend="autobyte"):
+        ref = os.path.join(_tmp, "stages-ref.pt")
+        got = os.path.join(_tmp, "stages-%s-%s.pt" % (backend, "-".join(launch_args)))
         r = subprocess.run([PY, self.SCRIPT, "--backend", "reference", "--world", "3", "--out", ref], cwd=ROOT,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
         self.assertEqual(r.returncode, 0, r.stdout)
-        out = run_ok(self, ["--workers", "3"] + launch_args, ["--out", got], script=self.SCRIPT)
+        out = run_ok(self, ["--workers", "3"] + launch_args, ["--out", got, "--backend", backend], script=self.SCRIPT)
         sums = {line.split()[-1] for line in out.splitlines() if " checksum " in line}
         self.assertEqual(len(sums), 1, "ranks end apart:\n%s" % out)
         want, have = torch.load(ref), torch.load(got)
@@ -121,6 +124,9 @@ class Stages(unittest.TestCase):
 
     def test_parameter_servers(self):
         self.check(["--servers", "2"])
+
+    def test_wrapper_deleted_and_wrapped_again(self):
+        self.check(["--servers", "2"], backend="autobyte-ddp")
 
 
 class AfterStep(unittest.TestCase):
@@ -417,7 +423,7 @@ class Errors(unittest.TestCase):
         # first is open is refused, naming the first and the way out.
         g, d = self.model(), self.model()
         ab.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), g)
-        with self.assertRaisesRegex(AutobyteError, r"already has a DistributedOptimizer or DistributedDataParallel open \(over a Sequential with 4 parameters\).*autobyte.torch.shutdown\(\)"):
+        with self.assertRaisesRegex(AutobyteError, r"already has a DistributedOptimizer open \(over a Sequential with 4 parameters\).*autobyte.torch.shutdown\(\)"):
             ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)
         ab.shutdown()
         ab.DistributedOptimizer(torch.optim.SGD(d.parameters(), lr=0.1), d)  # after shutdown(), the next is fine

@@ -91,6 +91,7 @@ place without it is refused when its update would be applied.
 
 import atexit
 import datetime
+import gc
 import os
 import sys
 import types
@@ -261,28 +262,45 @@ def _tracked_like(scheduled, step, optimizer):
     return tracked
 
 
-def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False, compression=None):
+def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False, compression=None,
+                  owner=None):
     """The process's one open session over model (optimizer None:
     DistributedDataParallel's, which leaves the update to the caller);
-    compression overrides the job's for this session."""
-    for ref in _sessions:
-        other = ref()
-        if other is not None and not other.closed:
-            raise AutobyteError(
-                "autobyte: this process already has a DistributedOptimizer or DistributedDataParallel open (over a %s "
-                "with %d parameters); autobyte synchronises one model per process at a time, so models trained by "
-                "separate optimizers at once (a GAN's generator and discriminator, say) each need the same wrapper: "
-                "put them in one nn.ModuleDict, wrap that with autobyte.torch.DistributedDataParallel and keep an "
-                "optimizer per model; or call autobyte.torch.shutdown() when done with the first before distributing "
-                "the next" % (type(other.model).__name__, len(other.params)))
+    compression overrides the job's for this session. owner, a
+    DistributedDataParallel, releases the session when it is deleted: the
+    next opening closes it, as every worker deletes and wraps at the same
+    point of the same script."""
+    for other in _open_sessions():
+        if other.owner is not None and other.owner() is None:
+            other.close(True)
+            continue
+        held = "a DistributedOptimizer" if other.owner is None else "a DistributedDataParallel"
+        raise AutobyteError(
+            "autobyte: this process already has %s open (over a %s with %d parameters); autobyte synchronises one "
+            "model per process at a time, so models trained by separate optimizers at once (a GAN's generator and "
+            "discriminator, say) each need the same wrapper: put them in one nn.ModuleDict, wrap that with "
+            "autobyte.torch.DistributedDataParallel and keep an optimizer per model; or, when done with the first, "
+            "call autobyte.torch.shutdown() (or delete its DistributedDataParallel, e.g. del model, on every worker) "
+            "before distributing the next" % (held, type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
     settings = dict(_settings)
     if compression is not None:
         settings["AUTOBYTE_COMPRESSION"] = compression
     s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
+    s.owner = None if owner is None else weakref.ref(owner)
     _sessions.append(weakref.ref(s))
     return s
+
+
+def _open_sessions():
+    """The sessions still open. A DistributedDataParallel that was deleted
+    but sits in a reference cycle is collected first, so that its session
+    counts as released."""
+    live = [s for s in (ref() for ref in _sessions) if s is not None and not s.closed]
+    if any(s.owner is not None for s in live):
+        gc.collect()
+    return live
 
 
 def DistributedOptimizer(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False):

@@ -68,7 +68,7 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: DistributedDataParallel: unsupported argument(s) %s (accepted: device_ids, "
                                 "output_device, process_group, %s)" % (", ".join(unknown), ", ".join(_NO_EFFECT)))
         self.module = module
-        self._autobyte = _open_session(None, module)
+        self._autobyte = _open_session(None, module, owner=self)
         self._comm_hook = None
         self._compression = None  # a comm hook's, for the session's next opening
 
@@ -121,7 +121,7 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: %s: the session is shut down" % what)
         s.close(True)
         s = self._autobyte = _open_session(None, self.module, broadcast=False, uneven_inputs=uneven_inputs,
-                                           compression=self._compression)
+                                           compression=self._compression, owner=self)
         L = s.layout
         if uneven_inputs and len(L.broadcast_layers) < L.layers:
             # (Every worker finds the same, at the same point.)

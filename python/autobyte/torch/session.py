@@ -157,6 +157,7 @@ class Session:
         self.pass_syncs = None  # in a pass: whether it posts the gradients
         self.grads_synced = False  # sync_gradients() ended the step before; step() not yet called
         self.closed = False
+        self.owner = None  # a weak reference to the DistributedDataParallel that opened it, if one did
 
         if broadcast:
             self._broadcast()
