@@ -167,7 +167,6 @@ def profile(model, batch, loss_fn=None, iterations=10, warmup=3, name="model", w
                 pending[i] = len(tensors)
                 grad_ready[i] = 0.0
             started.clear()
-            t0 = time.perf_counter()
             try:
                 loss = loss_fn(model(*args, **kwargs))
                 t1 = time.perf_counter()

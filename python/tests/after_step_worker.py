@@ -41,11 +41,11 @@ def main():
     model = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
     opt = torch.optim.SGD(model.parameters(), lr=0.3, momentum=0.9)
     if a.backend == "reference":
-        world, ranks = a.world, range(a.world)
+        ranks = range(a.world)
     else:
         import autobyte.torch as ab
         ab.init()
-        world, ranks = ab.size(), [ab.rank()]
+        ranks = [ab.rank()]
         opt = ab.DistributedOptimizer(opt, model)
     # avg_fn rather than torch 2's get_ema_multi_avg_fn: torch 1.13 has only the former.
     ema = torch.optim.swa_utils.AveragedModel(model, avg_fn=lambda avg, new, n: 0.8 * avg + 0.2 * new)

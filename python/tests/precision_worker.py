@@ -175,7 +175,6 @@ def main():
     a = p.parse_args()
     torch.set_num_threads(1)
     rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
     if a.backend == "ddp":
         import torch.distributed as dist
         dist.init_process_group("gloo")

@@ -528,7 +528,7 @@ class Errors(unittest.TestCase):
 
     def test_two_backwards_per_step(self):
         m = self.model()
-        opt = ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+        ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
         m(torch.randn(2, 4)).sum().backward()
         with self.assertRaisesRegex(AutobyteError, r"gradient of 2.bias was computed again in step 0 after it was synchronised \(backward_passes_per_step=1\)"):
             m(torch.randn(2, 4)).sum().backward()
