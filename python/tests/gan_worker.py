@@ -1,6 +1,7 @@
 """A GAN trained through autobyte.torch.DistributedDataParallel, for
 test_ddp_wrapper.py: a generator and a discriminator with an optimizer
-each, wrapped together as one nn.ModuleDict (one session per process).
+each, wrapped together as one nn.ModuleDict, or (--separate) each in its
+own wrapper, as DDP scripts do (the two wrappers share one session).
 Each step trains the discriminator on a real and a generated batch (the
 generator's output detached), then the generator through the
 discriminator; each backward pass averages every gradient of both models
@@ -61,13 +62,17 @@ def flat(m):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--separate", action="store_true", help="a wrapper per model")
     a = ap.parse_args()
     import autobyte.torch as ab
     ab.init()
     rank, world = ab.rank(), ab.size()
     nets = make()
-    gan = ab.DistributedDataParallel(nets)  # both models' parameters, one session
-    train(gan.module, [rank], 1.0)
+    if a.separate:
+        train({"g": ab.DistributedDataParallel(nets["g"]), "d": ab.DistributedDataParallel(nets["d"])}, [rank], 1.0)
+    else:
+        gan = ab.DistributedDataParallel(nets)  # both models' parameters, one session
+        train(gan.module, [rank], 1.0)
     torch.save(flat(nets), "%s.rank%d" % (a.out, rank))
     if rank == 0:
         ref = make()

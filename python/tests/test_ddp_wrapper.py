@@ -72,11 +72,13 @@ class Wrapper(unittest.TestCase, Compare):
 
 
 class GAN(unittest.TestCase):
-    """Two models with an optimizer each (gan_worker.py), wrapped together."""
+    """Two models with an optimizer each (gan_worker.py), wrapped together
+    or each in its own wrapper."""
 
-    def check(self, launch_args, what):
+    def check(self, launch_args, what, separate=False):
         out = tmp("gan-%s" % what)
-        rc, output, _ = launch(["--workers", "3"] + launch_args, ["--out", out], script=GAN_WORKER)
+        rc, output, _ = launch(["--workers", "3"] + launch_args, ["--out", out] + (["--separate"] if separate else []),
+                               script=GAN_WORKER)
         self.assertEqual(rc, 0, output)
         got = [torch.load("%s.rank%d" % (out, r)) for r in range(3)]
         for r in (1, 2):
@@ -91,6 +93,10 @@ class GAN(unittest.TestCase):
 
     def test_allreduce(self):
         self.check(["--arch", "allreduce"], "allreduce")
+
+    def test_a_wrapper_per_model(self):
+        self.check(["--servers", "2"], "separate-ps", separate=True)
+        self.check(["--arch", "allreduce"], "separate-allreduce", separate=True)
 
 
 class CommHooks(unittest.TestCase):
@@ -220,30 +226,51 @@ class Arguments(unittest.TestCase):
         import autobyte.torch as ab
         ab.shutdown()
 
-    def test_deleted_wrapper_releases_its_session(self):
-        # A DDP script that wraps a model per stage: deleting the first
-        # wrapper lets the second open (its session is closed then), while one still referenced keeps it open and a
-        # second wrapper is refused, naming the way out. Even a wrapper held
-        # in a reference cycle counts as deleted.
+    def test_wrappers_share_a_session_and_release_it(self):
+        # A wrapper per model (a GAN's generator and discriminator): the
+        # second joins the first's session, which is closed and opened
+        # again over both, and both wrappers then use the new one. Deleting
+        # every wrapper releases it: the next wrapping closes it, even when a
+        # wrapper is held in a reference cycle. A DistributedOptimizer
+        # beside a wrapper is refused, naming the ways out; a comm hook or
+        # join() on a shared session is refused too.
         import gc
         import autobyte.torch as ab
-        m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 2))
-        first = ab.DistributedDataParallel(m)
-        session = first._autobyte
-        with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedDataParallel open.*del model"):
-            ab.DistributedDataParallel(torch.nn.Sequential(m, torch.nn.Linear(2, 1)))
-        self.assertFalse(session.closed, "a refused wrapping closed the open session")
-        first.cycle = [first]  # collected only by the garbage collector
-        del first
+        torch.manual_seed(0)
+        g, d = torch.nn.Linear(4, 3), torch.nn.Linear(3, 1)
+        G = ab.DistributedDataParallel(g)
+        first = G._autobyte
+        D = ab.DistributedDataParallel(d)
+        self.assertTrue(first.closed, "the first wrapper's own session is still open")
+        self.assertIs(G._autobyte, D._autobyte)
+        shared = D._autobyte
+        self.assertEqual(len(shared.params), 4)
+        x = torch.randn(5, 4)
+        D(G(x)).sum().backward()  # one worker: the gradients are plain torch's
+        want_g, want_d = torch.nn.Linear(4, 3), torch.nn.Linear(3, 1)
+        want_g.load_state_dict(g.state_dict())
+        want_d.load_state_dict(d.state_dict())
+        want_d(want_g(x)).sum().backward()
+        for a, b in zip(list(g.parameters()) + list(d.parameters()), list(want_g.parameters()) + list(want_d.parameters())):
+            self.assertTrue(torch.equal(a.grad, b.grad))
+        for call, want in [(lambda: G.register_comm_hook(None, _bf16_hook()), "several DistributedDataParallel wrappers open"),
+                           (lambda: D.join().__enter__(), "join\(\) with several DistributedDataParallel wrappers"),
+                           (lambda: ab.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), g),
+                            "already has a DistributedDataParallel open.*del model")]:
+            with self.assertRaisesRegex(ab.AutobyteError, want):
+                call()
+        self.assertFalse(shared.closed, "a refusal closed the open session")
+        G.cycle = [G]  # collected only by the garbage collector
+        del G, D
         gc.disable()  # the wrapping must collect the cycle itself
         try:
-            second = ab.DistributedDataParallel(torch.nn.Sequential(m, torch.nn.Linear(2, 1)))
+            third = ab.DistributedDataParallel(torch.nn.Sequential(g, torch.nn.Tanh(), d))
         finally:
             gc.enable()
-        self.assertTrue(session.closed, "the deleted wrapper's session is still open")
-        x = torch.randn(5, 4)
-        second(x).sum().backward()
-        self.assertIsNotNone(m[0].weight.grad)
+        self.assertTrue(shared.closed, "the deleted wrappers' session is still open")
+        self.assertEqual(third._autobyte.live_owners(), [third])
+        third(x).sum().backward()
+        self.assertIsNotNone(g.weight.grad)
 
     def test_refusals(self):
         import autobyte.torch as ab
@@ -300,6 +327,11 @@ class Arguments(unittest.TestCase):
                     pass
         with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedDataParallel open.*delete its DistributedDataParallel"):
             ab.DistributedOptimizer(torch.optim.SGD(m2.parameters(), lr=0.1), m2)
+
+
+def _bf16_hook():
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    return default_hooks.bf16_compress_hook
 
 
 if __name__ == "__main__":

@@ -263,32 +263,39 @@ def _tracked_like(scheduled, step, optimizer):
 
 
 def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, uneven_inputs=False, compression=None,
-                  owner=None):
+                  owners=(), marked=None):
     """The process's one open session over model (optimizer None:
     DistributedDataParallel's, which leaves the update to the caller);
-    compression overrides the job's for this session. owner, a
-    DistributedDataParallel, releases the session when it is deleted: the
-    next opening closes it, as every worker deletes and wraps at the same
-    point of the same script."""
+    compression overrides the job's for this session. owners are the
+    DistributedDataParallel wrappers it serves: a session whose wrappers
+    were all deleted is closed by the next opening, and a wrapper made while
+    others are open shares one session with them (ddp.share_session). Every
+    worker deletes and wraps at the same point of the same script, so they
+    all close and open alike. marked: the modules whose forward passes
+    mark a step (the model by default)."""
     for other in _open_sessions():
-        if other.owner is not None and other.owner() is None:
+        live = other.live_owners()
+        if other.owners and not live:
             other.close(True)
             continue
-        held = "a DistributedOptimizer" if other.owner is None else "a DistributedDataParallel"
+        if live and optimizer is None and owners:
+            from .ddp import share_session
+            return share_session(other, live, list(owners))
+        held = "a DistributedDataParallel" if live else "a DistributedOptimizer"
         raise AutobyteError(
-            "autobyte: this process already has %s open (over a %s with %d parameters); autobyte synchronises one "
-            "model per process at a time, so models trained by separate optimizers at once (a GAN's generator and "
-            "discriminator, say) each need the same wrapper: put them in one nn.ModuleDict, wrap that with "
-            "autobyte.torch.DistributedDataParallel and keep an optimizer per model; or, when done with the first, "
-            "call autobyte.torch.shutdown() (or delete its DistributedDataParallel, e.g. del model, on every worker) "
+            "autobyte: this process already has %s open (over a %s with %d parameters); a DistributedOptimizer "
+            "synchronises its model alone, so models trained at once by separate optimizers (a GAN's generator and "
+            "discriminator, say) go through autobyte.torch.DistributedDataParallel, a wrapper per model or one over "
+            "an nn.ModuleDict of them, each with its own optimizer; or, when done with the first, call "
+            "autobyte.torch.shutdown() (or delete its DistributedDataParallel, e.g. del model, on every worker) "
             "before distributing the next" % (held, type(other.model).__name__, len(other.params)))
     if not _initialised:
         init()
     settings = dict(_settings)
     if compression is not None:
         settings["AUTOBYTE_COMPRESSION"] = compression
-    s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs)
-    s.owner = None if owner is None else weakref.ref(owner)
+    s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs, marked)
+    s.owners = [weakref.ref(o) for o in owners]
     _sessions.append(weakref.ref(s))
     return s
 
@@ -298,7 +305,7 @@ def _open_sessions():
     but sits in a reference cycle is collected first, so that its session
     counts as released."""
     live = [s for s in (ref() for ref in _sessions) if s is not None and not s.closed]
-    if any(s.owner is not None for s in live):
+    if any(s.owners for s in live):
         gc.collect()
     return live
 

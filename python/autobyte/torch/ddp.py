@@ -24,6 +24,11 @@ broadcasts them before every forward), ``bucket_cap_mb``,
 
 ``join()`` is DDP's context manager for uneven inputs (see its comment).
 
+Several wrappers in one process (a GAN's generator and discriminator, each
+with its own optimizer) share the process's one session: a wrapper made
+while others are open closes theirs and opens one over all their modules
+(share_session). Deleting every wrapper over a session releases it.
+
 DDP's communication hooks that mean a wire type are taken as autobyte's
 compression (``register_comm_hook``, ``register_builtin_comm_hook``):
 ``allreduce_hook`` (none), ``bf16_compress_hook`` and ``fp16_compress_hook``,
@@ -68,7 +73,7 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: DistributedDataParallel: unsupported argument(s) %s (accepted: device_ids, "
                                 "output_device, process_group, %s)" % (", ".join(unknown), ", ".join(_NO_EFFECT)))
         self.module = module
-        self._autobyte = _open_session(None, module, owner=self)
+        self._autobyte = _open_session(None, module, owners=[self])
         self._comm_hook = None
         self._compression = None  # a comm hook's, for the session's next opening
 
@@ -95,6 +100,7 @@ class DistributedDataParallel(torch.nn.Module):
         # requires, so they all meet at the second rendezvous.
         from . import _settings
         s = self._autobyte
+        self._not_shared(what)
         if self._comm_hook is not None:
             raise AutobyteError("autobyte: %s: a communication hook was registered already (%s); DDP takes one, once"
                                 % (what, self._comm_hook))
@@ -110,6 +116,12 @@ class DistributedDataParallel(torch.nn.Module):
         self._compression = compression
         self._reopen(what, uneven_inputs=s.join is not None)
 
+    def _not_shared(self, what):
+        if len(self._autobyte.live_owners()) > 1:
+            raise AutobyteError("autobyte: %s with several DistributedDataParallel wrappers open: they share one "
+                                "session, which this would change for all of them; wrap the models together in one "
+                                "nn.ModuleDict instead (or use init(compression=...) for compression)" % what)
+
     def _reopen(self, what, uneven_inputs):
         """Closes the session and opens it again with this wrapper's
         compression and uneven_inputs; every worker does it at the same
@@ -121,7 +133,7 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: %s: the session is shut down" % what)
         s.close(True)
         s = self._autobyte = _open_session(None, self.module, broadcast=False, uneven_inputs=uneven_inputs,
-                                           compression=self._compression, owner=self)
+                                           compression=self._compression, owners=[self])
         L = s.layout
         if uneven_inputs and len(L.broadcast_layers) < L.layers:
             # (Every worker finds the same, at the same point.)
@@ -162,6 +174,7 @@ class DistributedDataParallel(torch.nn.Module):
             return
         s = self._autobyte
         if s.join is None:
+            self._not_shared("join()")
             # The workers tell one another who still trains through one more
             # tensor every pass, which the engine learns when it opens.
             self._reopen("join()", uneven_inputs=True)
@@ -173,6 +186,45 @@ class DistributedDataParallel(torch.nn.Module):
     def autobyte_report(self):
         """The tuner and the configurations applied (see DistributedOptimizer)."""
         return self._autobyte.report()
+
+
+class _Shared(torch.nn.Module):
+    """The modules of several DistributedDataParallel wrappers, which one
+    session synchronises together. It is never called itself."""
+
+    def __init__(self, modules):
+        super().__init__()
+        self.members = torch.nn.ModuleList(modules)
+
+
+def share_session(session, owners, new):
+    """Closes session, which serves the DistributedDataParallel wrappers
+    owners, and opens one over their modules and those of new (wrappers
+    being made), as a DDP script with a model per wrapper (a GAN's
+    generator and discriminator) needs: DDP gives each wrapper its own
+    reducer, autobyte one session per process. Each backward pass then
+    averages the gradients of every model it reached, and the others' are
+    flagged as none, as when the models are wrapped together in one
+    nn.ModuleDict. Rank 0's parameters and buffers of every model are
+    broadcast, as DDP's constructor does for the new one's."""
+    from . import _open_session
+    wrapped = owners + new
+    for o in owners:
+        what = "a communication hook (%s)" % o._comm_hook if o._comm_hook else "join()" if session.join else None
+        if what:
+            raise AutobyteError("autobyte: a second DistributedDataParallel while the first has %s: wrappers in one "
+                                "process share one session, which the hook or join() would change for all of them; "
+                                "wrap every model first, or the models together in one nn.ModuleDict, or use "
+                                "init(compression=...) for compression" % what)
+    session.close(True)
+    modules = []
+    for o in wrapped:
+        if all(o.module is not m for m in modules):
+            modules.append(o.module)
+    s = _open_session(None, _Shared(modules), owners=wrapped, marked=modules)
+    for o in owners:
+        o._autobyte = s
+    return s
 
 
 def _hook_name(hook):

@@ -66,7 +66,7 @@ from .optim import LayerUpdates, hyper_parameters
 
 class Session:
     def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1,
-                 uneven_inputs=False):
+                 uneven_inputs=False, marked=None):
         self.world, self.me = world, rank
         self.lock = threading.RLock()
         # torch.compile(model) handed in: the layers are the wrapped
@@ -107,7 +107,7 @@ class Session:
             raise
         self.hooks, self.probes = [], []
         try:
-            self._start(L, model, outer, inner, broadcast)
+            self._start(L, model, outer if marked is None else marked, inner, broadcast)
         except BaseException as e:
             # Nothing half-open stays behind: the process can open the next
             # session (and the peers hear why this one ended).
@@ -121,7 +121,7 @@ class Session:
                 pass  # the engine had stopped already; the first error is e
             raise
 
-    def _start(self, L, model, outer, inner, broadcast):
+    def _start(self, L, model, marked, inner, broadcast):
         self.state_tensor = L.state_tensor
 
         self.flat = [torch.empty(p.numel() + 1, dtype=torch.float32) for p in self.params]
@@ -157,13 +157,15 @@ class Session:
         self.pass_syncs = None  # in a pass: whether it posts the gradients
         self.grads_synced = False  # sync_gradients() ended the step before; step() not yet called
         self.closed = False
-        self.owner = None  # a weak reference to the DistributedDataParallel that opened it, if one did
+        # Weak references to the DistributedDataParallel wrappers it serves
+        # (none for a DistributedOptimizer's): deleting them all releases it.
+        self.owners = []
 
         if broadcast:
             self._broadcast()
         self.hooks += [hooks.on_gradient(p, self._grad_hook(t)) for t, p in enumerate(self.params)]
         if inner is not None and not self.grad_mode:
-            self.hooks.append(hooks.before_forward(outer, hooks.eager(lambda *_: self.synchronize())))
+            self.hooks.append(hooks.before_forward(marked, hooks.eager(lambda *_: self.synchronize())))
         for mod in model.modules() if not self.grad_mode else ():
             if id(mod) in L.module_layer and inner is None:
                 self.hooks.append(hooks.before_forward(mod, self._pre_forward([L.module_layer[id(mod)]])))
@@ -173,9 +175,11 @@ class Session:
         self.forward_began = self.backward_began = None
         if self.engine.tuning or self.timeline is not None:
             # Rank 0 tunes (the engine measures the steps' compute), or the
-            # timeline records the forward passes.
-            self.hooks.append(outer.register_forward_pre_hook(hooks.eager(self._mark_forward_begin)))
-            self.hooks.append(outer.register_forward_hook(hooks.eager(self._mark_forward_end)))
+            # timeline records the forward passes: the model's, or, for the
+            # modules of several wrappers, the first of theirs to run.
+            for m in marked if isinstance(marked, list) else [marked]:
+                self.hooks.append(m.register_forward_pre_hook(hooks.eager(self._mark_forward_begin)))
+                self.hooks.append(m.register_forward_hook(hooks.eager(self._mark_forward_end)))
         self.forward_marked = -1
         # Some modules' parameters are used without calling the module (e.g.
         # MultiheadAttention reads out_proj.weight itself). The forward passes
@@ -690,6 +694,10 @@ class Session:
             self.synchronize()
             load(state_dict)
             self.updates.share_state()
+
+    def live_owners(self):
+        """The DistributedDataParallel wrappers over this session not deleted."""
+        return [o for o in (ref() for ref in self.owners) if o is not None]
 
     def close(self, ok=True, reason=None):
         with self.lock:
