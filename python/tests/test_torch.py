@@ -622,6 +622,24 @@ class Wrapping(unittest.TestCase):
             ab.DistributedOptimizer(torch.optim.SGD(m[2].parameters(), lr=0.1), m)
         self.assertEqual([str(w.message) for w in seen if "autobyte" in str(w.message)], [])
 
+    def test_sync_batchnorm_on_the_cpu(self):
+        # SyncBatchNorm cannot synchronise on the CPU: where torch runs it
+        # as BatchNorm without a word (torch 2, no process group), the
+        # script is told, naming the layers; where torch refuses the CPU
+        # input itself (torch 1.13), autobyte adds nothing. BatchNorm
+        # (the control) draws no warning.
+        from autobyte.torch.session import _sync_batchnorm_runs_alone
+        for norm, warned in ((torch.nn.SyncBatchNorm, _sync_batchnorm_runs_alone()), (torch.nn.BatchNorm1d, False)):
+            m = torch.nn.Sequential(torch.nn.Linear(4, 3), norm(3), torch.nn.Linear(3, 2))
+            with warnings.catch_warnings(record=True) as seen:
+                warnings.simplefilter("always")
+                ab.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1), m)
+            said = [str(w.message) for w in seen if "SyncBatchNorm" in str(w.message)]
+            self.assertEqual(len(said), 1 if warned else 0, (norm.__name__, said))
+            if warned:
+                self.assertRegex(said[0], r"SyncBatchNorm layers \(1\) do not synchronise here.*own batch's statistics")
+            ab.shutdown()
+
     def test_evaluation_under_inference_mode(self):
         # An evaluation right after step() runs the forward that applies
         # the update: under torch.inference_mode() the optimizer's state

@@ -64,6 +64,18 @@ from .layout import Layout, compression_setting, wire_of_compression
 from .optim import LayerUpdates, hyper_parameters
 
 
+def _sync_batchnorm_runs_alone():
+    """Whether torch's SyncBatchNorm, in training, runs on a CPU batch as
+    plain BatchNorm, without a word (torch 2 without a process group);
+    torch 1.13, or torch 2 with a process group, refuses the CPU input
+    itself, and says so."""
+    try:
+        torch.nn.SyncBatchNorm(1).train()(torch.zeros(2, 1, 1))
+        return True
+    except (ValueError, RuntimeError):
+        return False
+
+
 class Session:
     def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1,
                  uneven_inputs=False, marked=None):
@@ -91,6 +103,14 @@ class Session:
                 "rank 0 once and never synchronised, so another optimizer training them would let the workers drift "
                 "apart; freeze them (requires_grad_(False)) or put them in the distributed optimizer"
                 % (len(L.outside_opt), shown), stacklevel=3)
+        synced_bn = [n for n, m in model.named_modules() if isinstance(m, torch.nn.SyncBatchNorm)]
+        if synced_bn and _sync_batchnorm_runs_alone():
+            warnings.warn(
+                "autobyte: SyncBatchNorm layers (%s) do not synchronise here: torch synchronises them on GPUs "
+                "through a process group, and on the CPU without one runs them as BatchNorm, so each worker "
+                "normalises with its own batch's statistics (the gradients are still averaged over the workers)"
+                % (", ".join(synced_bn[:3]) + (", ... (%d in all)" % len(synced_bn) if len(synced_bn) > 3 else "")),
+                stacklevel=3)
         # Before the engine: nothing to close if it fails.
         self.updates = None if self.grad_mode else LayerUpdates(optimizer, L)
         self.join = JoinCodec(optimizer, world) if uneven_inputs else None
