@@ -60,7 +60,7 @@ INF_RANK = 1
 class Model(nn.Module):
     """Conv + tanh + two linear layers, and three buffers the broadcast
     carries (a float one the forward adds, an integer and a bool one nothing
-    uses, like transformers' causal masks)."""
+    uses, like transformers' causal masks); make_model adds a float64 one."""
 
     def __init__(self):
         super().__init__()
@@ -79,6 +79,9 @@ class Model(nn.Module):
 def make_model(seed, rank, dtype, awkward=False):
     torch.manual_seed(seed + rank)
     m = Model().to(dtype)
+    # A float64 buffer (a model's precise constants), which .to(dtype)
+    # would have converted: the broadcast carries its bytes.
+    m.register_buffer("precise", torch.randn(3, dtype=torch.float64))
     if awkward and rank == 0:
         with torch.no_grad():
             w = m.fc1.weight.view(-1)
@@ -93,7 +96,8 @@ def make_model(seed, rank, dtype, awkward=False):
                 vals = [40000.0, -0.0, 2.0 ** -24, 6e-8, 65504.0]
             w[:len(vals)] = torch.tensor(vals, dtype=torch.float32).to(dtype)
             m.offset.view(-1)[0] = 1 + 2 ** -20 if dtype == torch.float32 else -0.0
-            m.count[0] = 2 ** 24 - 3
+            m.count[0] = 2 ** 62 + 1  # beyond float32's integers, and float64's
+            m.precise[:] = torch.tensor([1 + 2 ** -52, -0.0, float("nan")], dtype=torch.float64)
     return m
 
 

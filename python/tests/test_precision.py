@@ -212,7 +212,8 @@ def ddp(test):
 # ---- comparisons ----------------------------------------------------------
 
 def bits(t):
-    iv = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}.get(t.dtype)
+    iv = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
+          torch.float16: torch.int16}.get(t.dtype)
     return t.view(iv) if iv is not None else t
 
 
@@ -238,7 +239,7 @@ class Checks:
     def distance(self, got, want):
         lg, lw = torch.tensor(got["losses"]), torch.tensor(want["losses"])
         loss = ((lg - lw).abs() / lw.abs()).max().item()
-        param = max(rel(v, want["state"][k]) for k, v in got["state"].items() if k not in ("offset", "count", "mask"))
+        param = max(rel(v, want["state"][k]) for k, v in got["state"].items() if k not in ("offset", "count", "mask", "precise"))
         return loss, param
 
     def assertClose(self, got, want, wire, what, moved_from=None):
@@ -367,6 +368,16 @@ class Compression(unittest.TestCase, Checks):
                              "%s: the awkward values survive %s: the check would be vacuous" % (name, wire))
         for name in ("f32", "f32-bf16", "f32-fp16", "bf16", "autocast", "inf-fp16"):
             self.assertBroadcastExact(rr[name], name)
+        # Buffers that float32 values cannot carry travel as their bytes: an
+        # int64 beyond 2**53 and float64 values, a NaN among them.
+        res = rr["bcast-f32"]
+        for r, one in enumerate(res):
+            self.assertEqual(int(one["init"]["count"][0]), 2 ** 62 + 1, "rank %d's int64 buffer" % r)
+            self.assertEqual(one["init"]["precise"].dtype, torch.float64)
+            self.assertEqual(bits(one["init"]["precise"][:1]).item(), bits(torch.tensor([1 + 2 ** -52], dtype=torch.float64)).item())
+            self.assertTrue(torch.isnan(one["init"]["precise"][2]).item(), "rank %d's NaN" % r)
+        self.assertFalse(torch.equal(bits(res[1]["local"]["precise"]), bits(res[0]["local"]["precise"])),
+                         "rank 1 drew rank 0's float64 buffer: the check would be vacuous")
 
 
 class LossScaling(unittest.TestCase, Checks):

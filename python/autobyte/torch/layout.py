@@ -31,10 +31,39 @@ import torch
 
 from .. import AutobyteError
 
-# The broadcast sends state as float32 sums (rank 0's values plus zeros),
-# which is exact for these dtypes and for integers up to 2**24.
-_EXACT_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
-_INTS = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool)
+# The broadcast sends state (buffers, frozen parameters) as float32 sums:
+# rank 0's values plus negative zeros from the others, so rank 0's bits
+# arrive. Tensors of these dtypes travel as their values, which float32
+# holds exactly; any other (float64, int32, int64, complex) travels as its
+# bytes, two to a float32 value (0-65535, exact too), whatever it holds.
+_BY_VALUE = (torch.float32, torch.float16, torch.bfloat16, torch.int8, torch.int16, torch.uint8, torch.bool)
+
+
+def state_elems(t):
+    """The float32 values state tensor t travels in."""
+    return t.numel() if t.dtype in _BY_VALUE else (t.numel() * t.element_size() + 1) // 2
+
+
+def encode_state(t, out):
+    """Writes state tensor t into out (state_elems(t) float32 values)."""
+    if t.dtype in _BY_VALUE:
+        out.copy_(t.detach().reshape(-1).to(torch.float32))
+        return
+    b = t.detach().contiguous().reshape(-1).view(torch.uint8)
+    if b.numel() % 2:
+        b = torch.cat([b, b.new_zeros(1)])
+    out.copy_(b.view(torch.int16).to(torch.int32).bitwise_and(0xFFFF).to(torch.float32))
+
+
+def decode_state(values, t):
+    """Overwrites state tensor t with what encode_state wrote into values."""
+    if t.dtype in _BY_VALUE:
+        t.copy_(values.reshape(t.shape).to(t.dtype))
+        return
+    v = values.to(torch.int32)
+    halves = torch.where(v >= 32768, v - 65536, v).to(torch.int16)
+    t.copy_(halves.view(torch.uint8)[:t.numel() * t.element_size()].view(t.dtype).reshape(t.shape))
+
 
 # The parameters autobyte trains, and the wire type each 16-bit one travels in.
 _WIRE_OF = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -74,15 +103,12 @@ def check_broadcastable(name, t):
         raise AutobyteError("autobyte: %s is on device %s; only CPU tensors are supported" % (name, t.device))
     if t.is_sparse:
         raise AutobyteError("autobyte: %s is a sparse tensor; only dense tensors are supported" % name)
-    if t.dtype in _EXACT_FLOATS:
+    if t.dtype in _BY_VALUE:
         return
-    if t.dtype == torch.bool:
-        return
-    if t.dtype in _INTS:
-        if t.numel() and t.abs().max().item() > 2 ** 24:
-            raise AutobyteError("autobyte: %s holds integers above 2**24, which the float32 broadcast cannot carry exactly" % name)
-        return
-    raise AutobyteError("autobyte: %s has dtype %s; autobyte synchronises float32, bfloat16 and float16 parameters and broadcasts float32/16, bfloat16 and integer state" % (name, t.dtype))
+    try:
+        t.detach().reshape(-1)[:1].contiguous().view(torch.uint8)
+    except (RuntimeError, TypeError) as e:
+        raise AutobyteError("autobyte: %s has dtype %s, whose bytes the broadcast cannot carry (%s)" % (name, t.dtype, e))
 
 
 class Layout:
@@ -181,7 +207,7 @@ class Layout:
             self.state.append(("buffer " + n, b))
         for n, t in self.state:
             check_broadcastable(n, t)
-        self.state_elems = sum(t.numel() for _, t in self.state)
+        self.state_elems = sum(state_elems(t) for _, t in self.state)
 
         def exact(t):
             return self.wire[t] == "float32" or (self.wire[t] == "bfloat16" and self.params[t].dtype == torch.bfloat16)

@@ -60,7 +60,7 @@ from .._native import Engine
 from ..timeline import Timeline, now
 from . import hooks
 from .join import JoinCodec
-from .layout import Layout, compression_setting, wire_of_compression
+from .layout import Layout, compression_setting, decode_state, encode_state, state_elems, wire_of_compression
 from .optim import LayerUpdates, hyper_parameters
 
 
@@ -243,8 +243,9 @@ class Session:
                 if self.me == 0:
                     off = 0
                     for _, x in L.state:
-                        flat[off:off + x.numel()].copy_(x.reshape(-1).to(torch.float32))
-                        off += x.numel()
+                        n = state_elems(x)
+                        encode_state(x, flat[off:off + n])
+                        off += n
                 self.engine.post(self.state_tensor, 0, flat.data_ptr(), flat.numel())
             layers = list(L.broadcast_layers)
             if L.broadcast_layer is not None:
@@ -256,8 +257,9 @@ class Session:
             if flat is not None:
                 off = 0
                 for _, x in L.state:
-                    x.copy_(flat[off:off + x.numel()].reshape(x.shape).to(x.dtype))
-                    off += x.numel()
+                    n = state_elems(x)
+                    decode_state(flat[off:off + n], x)
+                    off += n
 
     @contextlib.contextmanager
     def no_sync(self):
