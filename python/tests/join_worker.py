@@ -14,7 +14,8 @@ over the number of those ranks), and steps once. --backend autobyte-ddp
 and ddp run DDP's interface (see wrapped()).
 --mode picks a fault: "synced" (rank 1 calls sync_gradients at step 4,
 when the others have joined), "raise" (rank 1 raises inside join()), "no-flag" (join()
-without uneven_inputs=True).
+without uneven_inputs=True). --throw: join(throw_on_early_termination=True),
+every rank noting the error it caught.
 """
 
 import argparse
@@ -71,6 +72,8 @@ def main():
     ap.add_argument("--steps", required=True)
     ap.add_argument("--workers", type=int, default=3, help="reference: how many workers")
     ap.add_argument("--mode", default="ok", choices=["ok", "synced", "raise", "no-flag"])
+    ap.add_argument("--throw", action="store_true",
+                    help="autobyte-ddp and ddp: join(throw_on_early_termination=True); the error is caught and noted")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     steps = [int(s) for s in a.steps.split(",")]
@@ -132,14 +135,20 @@ def wrapped(a, m, steps):
         rank = ab.rank()
         net = ab.DistributedDataParallel(m)
     opt, sched = make_opt(net.parameters())
-    with net.join(divide_by_initial_world_size=not a.divide_by_active):
-        for k in range(steps[rank % len(steps)]):
-            x, y = batch(rank, k)
-            opt.zero_grad()
-            loss_of(net, x, y).backward()
-            opt.step()
-            sched.step()
-    torch.save({"state": params(m)}, "%s.rank%d" % (a.out, rank))
+    raised = None
+    try:
+        with net.join(divide_by_initial_world_size=not a.divide_by_active, throw_on_early_termination=a.throw):
+            for k in range(steps[rank % len(steps)]):
+                x, y = batch(rank, k)
+                opt.zero_grad()
+                loss_of(net, x, y).backward()
+                opt.step()
+                sched.step()
+    except RuntimeError as e:
+        if not (a.throw and "exhausted" in str(e)):
+            raise
+        raised = str(e)
+    torch.save({"state": params(m), "raised": raised}, "%s.rank%d" % (a.out, rank))
     if a.backend == "ddp":
         dist.barrier()
         dist.destroy_process_group()

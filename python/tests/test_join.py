@@ -96,15 +96,17 @@ class WrapperJoin(unittest.TestCase):
     or a + 0 in any order), bit for bit DDP's on gloo."""
 
     def run_job(self, backend, launch_args, steps, workers, extra=()):
-        out = tmp("wjoin-%s-%s-%s" % (backend, "".join(launch_args).replace("-", ""), "".join(extra)))
+        out = tmp("wjoin-%s-%s-%s-%s" % (backend, "".join(launch_args).replace("-", ""), "".join(extra), steps))
         rc, output, _ = launch(["--workers", str(workers)] + launch_args,
                                ["--backend", backend, "--steps", steps, "--out", out] + list(extra),
                                script=JOIN_WORKER, timeout=180)
         self.assertEqual(rc, 0, output)
-        got = [torch.load("%s.rank%d" % (out, r))["state"] for r in range(workers)]
+        results = [torch.load("%s.rank%d" % (out, r)) for r in range(workers)]
+        got = [res["state"] for res in results]
         for r in range(1, workers):
             for k, v in got[0].items():
                 self.assertTrue(torch.equal(v, got[r][k]), "rank %d's %s differs from rank 0's" % (r, k))
+        self.raised = [res.get("raised") for res in results]
         return got[0]
 
     def check_exact(self, launch_args, extra=()):
@@ -133,6 +135,33 @@ class WrapperJoin(unittest.TestCase):
             got = self.run_job("autobyte-ddp", launch_args, "3,6", 2)
             for k, v in want.items():
                 self.assertTrue(torch.equal(got[k], v), "%s: %s differs from DDP's (%.1e)" % (launch_args, k, rel(got[k], v)))
+
+
+    def test_throw_on_early_termination(self):
+        # Every worker raises in the first pass in which one has run out,
+        # before any optimizer steps: all keep the 3 steps every worker
+        # took. With 2 workers, bit for bit DDP's; with 3, the exact update
+        # of 3 steps on every worker; without throwing (the control) the
+        # workers go on and end elsewhere.
+        throw = ["--throw"]
+        want = self.run_job("ddp", ["--arch", "allreduce"], "3,6", 2, throw)
+        self.assertTrue(all(self.raised), "DDP did not throw on every rank: %s" % self.raised)
+        got = self.run_job("autobyte-ddp", ["--servers", "1"], "3,6", 2, throw)
+        self.assertTrue(all(self.raised), "not every worker raised: %s" % self.raised)
+        self.assertIn("Rank 0 exhausted all inputs. (", self.raised[0])
+        self.assertIn("Detected at least one rank that exhausted inputs. Throwing across all ranks. (", self.raised[1])
+        self.assertIn("worker 0 ran out of inputs before step 3, which no worker takes", self.raised[1])
+        for k, v in want.items():
+            self.assertTrue(torch.equal(got[k], v), "%s differs from DDP's (%.1e)" % (k, rel(got[k], v)))
+        got = self.run_job("autobyte-ddp", ["--arch", "allreduce"], "3,7,5", 3, throw)
+        self.assertTrue(all(self.raised), "not every worker raised: %s" % self.raised)
+        three = reference(tmp("wjoin-reference-333"), "3,3,3")
+        for k, v in got.items():
+            self.assertLessEqual(rel(v, three[k]), 1e-5, "%s differs from the exact update of 3 steps" % k)
+        went_on = self.run_job("autobyte-ddp", ["--arch", "allreduce"], "3,7,5", 3)
+        self.assertEqual(self.raised, [None] * 3)
+        self.assertGreater(max(rel(v, three[k]) for k, v in went_on.items()), 1e-3,
+                           "the workers that did not throw ended at 3 steps too: the check could not fail")
 
 
 class Arguments(unittest.TestCase):

@@ -160,15 +160,18 @@ class DistributedDataParallel(torch.nn.Module):
         the highest-ranked worker among the last to train, as DDP does
         (buffers stay each worker's own, as under broadcast_buffers=False).
         The sums are over the number of workers (divide_by_initial_world_size,
-        DDP's default) or over those that trained in that pass."""
+        DDP's default) or over those that trained in that pass.
+
+        throw_on_early_termination=True: in the first backward pass in
+        which a worker has run out, every worker raises instead (DDP's
+        RuntimeError): the joined one as its loop ends, the others when
+        that pass's sums are in .grad, before their optimizers step, so
+        every worker keeps the parameters of the last full step. (Under DDP
+        the others raise in that pass's forward.)"""
         for name, v in (("divide_by_initial_world_size", divide_by_initial_world_size), ("enable", enable),
                         ("throw_on_early_termination", throw_on_early_termination)):
             if not isinstance(v, bool):
                 raise AutobyteError("autobyte: DistributedDataParallel.join(%s=%r): want True or False" % (name, v))
-        if throw_on_early_termination:
-            raise AutobyteError("autobyte: DistributedDataParallel.join(throw_on_early_termination=True) is not "
-                                "supported: a worker learns that another has run out one backward pass later than "
-                                "under DDP, after its own update; leave it False (the joined workers follow)")
         if not enable:
             yield
             return
@@ -180,6 +183,7 @@ class DistributedDataParallel(torch.nn.Module):
             self._reopen("join()", uneven_inputs=True)
             s = self._autobyte
         s.join_divide_by_world = divide_by_initial_world_size
+        s.join_throw = throw_on_early_termination
         with s.join_context():
             yield
 

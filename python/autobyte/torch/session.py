@@ -156,6 +156,9 @@ class Session:
         # DistributedDataParallel.join(divide_by_initial_world_size=False):
         # a step's sums are over the workers that trained in it.
         self.join_divide_by_world = True
+        # DistributedDataParallel.join(throw_on_early_termination=True):
+        # every worker raises in the first pass in which one has joined.
+        self.join_throw = False
         self.join_last = None  # the highest rank among those that trained in the last step anyone did
 
         self.iteration = 0  # training steps taken so far
@@ -581,6 +584,8 @@ class Session:
                     self._grads_in(k)
                     if self.timeline is not None:
                         self.timeline.span("joined step", "wait", t0, now(), step=k)
+                    if self.join_throw and active:
+                        raise self._early_termination(k, active)
                     if not active:
                         if self.join_last is not None:
                             self._parameters_from(self.join_last)
@@ -700,6 +705,19 @@ class Session:
         self.applied_all = k
         self.iteration = k + 1
         self.passes = 0
+        if self.join is not None and self.join_throw and self.in_join and len(active) < self.world:
+            raise self._early_termination(k, active)
+
+    def _early_termination(self, k, active):
+        """DistributedDataParallel.join(throw_on_early_termination=True)'s
+        error in step k, with DDP's words: on the workers that ran out, and
+        on those that did not."""
+        out = [r for r in range(self.world) if r not in active]
+        first = ("Rank %d exhausted all inputs." % self.me if self.me in out else
+                 "Detected at least one rank that exhausted inputs. Throwing across all ranks.")
+        return AutobyteError("autobyte: %s (DistributedDataParallel.join(throw_on_early_termination=True): worker%s %s "
+                             "ran out of inputs before step %d, which no worker takes)"
+                             % (first, "s" if len(out) > 1 else "", ", ".join(map(str, out)), k))
 
     def synchronize(self):
         with self.lock:
