@@ -298,6 +298,7 @@ class Arguments(unittest.TestCase):
         m2 = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
         w = ab.DistributedDataParallel(m1, device_ids=None, broadcast_buffers=True, find_unused_parameters=True)
         self.assertIs(w.module, m1)
+        w._set_static_graph()  # DDP's, which scripts with reentrant checkpointing call: nothing to do
         o1 = torch.optim.SGD(w.parameters(), lr=0.1, momentum=0.9)
         o2 = torch.optim.SGD(m2.parameters(), lr=0.1, momentum=0.9)
         g = torch.Generator().manual_seed(1)

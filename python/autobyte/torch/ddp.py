@@ -146,6 +146,11 @@ class DistributedDataParallel(torch.nn.Module):
     def forward(self, *inputs, **kwargs):
         return self.module(*inputs, **kwargs)
 
+    def _set_static_graph(self):
+        """DDP's (what static_graph=True does, called after wrapping, as
+        scripts with reentrant activation checkpointing do): autobyte needs
+        no static graph for that, so there is nothing to do."""
+
     def no_sync(self):
         """A context manager: backward passes in it only accumulate into
         .grad; the next one outside it synchronises the sum (DDP's)."""
