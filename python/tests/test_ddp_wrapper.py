@@ -233,7 +233,8 @@ class Arguments(unittest.TestCase):
         # every wrapper releases it: the next wrapping closes it, even when a
         # wrapper is held in a reference cycle. A DistributedOptimizer
         # beside a wrapper is refused, naming the ways out; a comm hook or
-        # join() on a shared session is refused too.
+        # join() on a shared session is refused too, and a model that cannot
+        # be wrapped is refused before the open session is closed.
         import gc
         import autobyte.torch as ab
         torch.manual_seed(0)
@@ -260,6 +261,8 @@ class Arguments(unittest.TestCase):
                 pass
         with self.assertRaisesRegex(ab.AutobyteError, "already has a DistributedDataParallel open.*del model"):
             ab.DistributedOptimizer(torch.optim.SGD(g.parameters(), lr=0.1), g)
+        with self.assertRaisesRegex(ab.AutobyteError, "has dtype torch.float64"):
+            ab.DistributedDataParallel(torch.nn.Linear(2, 2).double())  # refused before the open session is touched
         self.assertFalse(shared.closed, "a refusal closed the open session")
         G.cycle = [G]  # collected only by the garbage collector
         del G, D

@@ -216,8 +216,13 @@ def share_session(session, owners, new):
     flagged as none, as when the models are wrapped together in one
     nn.ModuleDict. Rank 0's parameters and buffers of every model are
     broadcast, as DDP's constructor does for the new one's."""
-    from . import _open_session
+    from . import _open_session, _settings
+    from .session import check_wrappable
     wrapped = owners + new
+    for o in new:
+        # Before the open session is closed: a model it cannot take leaves
+        # the wrappers already made as they were.
+        check_wrappable(o.module, _settings)
     for o in owners:
         what = "a communication hook (%s)" % o._comm_hook if o._comm_hook else "join()" if session.join else None
         if what:

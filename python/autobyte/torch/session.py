@@ -76,6 +76,22 @@ def _sync_batchnorm_runs_alone():
         return False
 
 
+def _gradients_of(model):
+    """What stands for the optimizer of DistributedDataParallel's session
+    (which leaves the update to the script): one group of the model's
+    trainable parameters."""
+    return types.SimpleNamespace(param_groups=[{"params": [p for p in model.parameters() if p.requires_grad]}])
+
+
+def check_wrappable(model, settings):
+    """Raises what opening DistributedDataParallel's session over model
+    would raise about the model itself (its parameters and buffers),
+    without opening anything."""
+    inner = hooks.compiled_inner(model)
+    model = inner if inner is not None else model
+    Layout(model, _gradients_of(model), wire_of_compression(*compression_setting(settings)))
+
+
 class Session:
     def __init__(self, optimizer, model, settings, rank, world, broadcast=True, backward_passes_per_step=1,
                  uneven_inputs=False, marked=None):
@@ -91,7 +107,7 @@ class Session:
         # No optimizer: DistributedDataParallel (see the module's comment).
         self.grad_mode = optimizer is None
         if self.grad_mode:
-            optimizer = types.SimpleNamespace(param_groups=[{"params": [p for p in model.parameters() if p.requires_grad]}])
+            optimizer = _gradients_of(model)
         self.opt, self.model = optimizer, model
         self.passes_per_step = backward_passes_per_step
         L = self.layout = Layout(model, optimizer, wire_of_compression(*compression_setting(settings)))
