@@ -11,6 +11,7 @@ import atexit
 import os
 import random
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -75,11 +76,52 @@ def autobyte_bin():
 
 
 def launch(launch_args, worker_args, timeout=180, script=WORKER):
-    """Runs script under `autobyte launch`; returns (rc, output, seconds)."""
+    """Runs script under `autobyte launch`; returns (rc, output, seconds).
+
+    A job still running after timeout seconds is a hang: its processes are
+    sent SIGABRT, on which Python (PYTHONFAULTHANDLER) prints every
+    thread's stack and Go (GOTRACEBACK=all) every goroutine's, the launcher
+    reports them, and the test fails with that output."""
     cmd = [autobyte_bin(), "launch"] + launch_args + ["--", PY, script] + worker_args
+    env = dict(os.environ, PYTHONFAULTHANDLER="1", GOTRACEBACK="all")
     t0 = time.monotonic()
-    r = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
-    return r.returncode, r.stdout, time.monotonic() - t0
+    p = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        hung = _descendants(p.pid)
+        for pid in hung:
+            try:
+                os.kill(pid, signal.SIGABRT)
+            except ProcessLookupError:
+                pass
+        try:
+            out, _ = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        raise AssertionError("autobyte launch %s -- %s %s still ran after %d s; its %d processes were sent SIGABRT "
+                             "to show where they were:\n%s" % (" ".join(launch_args), os.path.basename(script),
+                                                                 " ".join(worker_args), timeout, len(hung), out[-30000:]))
+    return p.returncode, out, time.monotonic() - t0
+
+
+def _descendants(pid):
+    """The processes below pid (from /proc), children first."""
+    parent = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    parent[int(d)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                pass
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, pp in parent.items() if pp in frontier]
+        out += kids
+        frontier = kids
+    return out
 
 
 def run_ok(test, launch_args, worker_args, script=WORKER, timeout=180):

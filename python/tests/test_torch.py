@@ -322,6 +322,21 @@ class Faults(unittest.TestCase):
     """A killed worker ends the whole job with a clear error within 10 s and
     leaves no process behind."""
 
+    def test_a_hung_job_shows_where(self):
+        # The tests' own guard (helpers.launch): a job past its timeout is
+        # a hang, and the failure shows each worker's Python stack.
+        script = os.path.join(_tmp, "hangs.py")
+        with open(script, "w") as f:
+            f.write("import time\n\n\ndef stuck_in_here():\n    time.sleep(600)\n\n\nstuck_in_here()\n")
+        t0 = time.monotonic()
+        with self.assertRaises(AssertionError) as cm:
+            launch(["--workers", "2", "--arch", "allreduce"], [], timeout=5, script=script)
+        self.assertLess(time.monotonic() - t0, 40)
+        said = str(cm.exception)
+        self.assertIn("still ran after 5 s; its 2 processes were sent SIGABRT", said)
+        self.assertIn("[worker 0]", said)
+        self.assertIn("stuck_in_here", said)
+
     def check(self, rank):
         stamp = os.path.join(_tmp, "died-%d" % rank)
         args = ["--backend", "autobyte", "--iterations", "400", "--die-at", "5", "--die-rank", str(rank), "--die-stamp", stamp]
