@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/autobyte/autobyte/transport"
+	"github.com/autobyte/autobyte/units"
 )
 
 // Member is one process of a job as it registers at the coordinator.
@@ -233,14 +234,6 @@ func listMembers(names []string) string {
 	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
-// plural writes "1 server" or "3 servers".
-func plural(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
 // Coordinate runs the rendezvous on rank 0's listener: it waits for the
 // other workers-1 workers and every server, checks that they agree with
 // self.Digest, and sends everyone the table. It returns the table and the
@@ -272,7 +265,7 @@ func Coordinate(ctx context.Context, l *transport.Listener, self Member, workers
 				serverMissing = true
 			}
 		}
-		out := fmt.Sprintf("%s, of %s and %s", listMembers(names), plural(workers, "worker"), plural(servers, "server"))
+		out := fmt.Sprintf("%s, of %s and %s", listMembers(names), units.FormatCount(workers, "worker"), units.FormatCount(servers, "server"))
 		if serverMissing {
 			// A script that opens the engine again (after shutdown(), or
 			// for a DDP communication hook or join()) starts a new job,

@@ -1,6 +1,6 @@
 // Package units owns parsing and formatting of byte sizes, data rates and
-// durations given on the command line; it knows nothing of models or
-// networks.
+// durations given on the command line, and the formatting of counts ("3
+// servers"); it knows nothing of models or networks.
 //
 // Parsers accept a number (integer, decimal or exponent form) optionally
 // followed by spaces and a unit, and return errors that quote the offending
@@ -271,6 +271,15 @@ func FormatBytes(n int64) string {
 // "2.5 Gbps", "800 Mbps".
 func FormatRate(bytesPerS float64) string {
 	return human(bytesPerS*8, rateScales, rateNames)
+}
+
+// FormatCount formats n of a thing named by a regular noun: "1 server",
+// "3 servers", "0 workers".
+func FormatCount(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // FormatSeconds formats a duration in seconds using s, ms, µs or ns with at

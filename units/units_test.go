@@ -238,6 +238,14 @@ func TestFormatRate(t *testing.T) {
 	}
 }
 
+func TestFormatCount(t *testing.T) {
+	for n, want := range map[int]string{0: "0 servers", 1: "1 server", 2: "2 servers", 1000: "1000 servers"} {
+		if got := FormatCount(n, "server"); got != want {
+			t.Errorf("FormatCount(%d, server) = %q, want %q", n, got, want)
+		}
+	}
+}
+
 func TestFormatSeconds(t *testing.T) {
 	tests := []struct {
 		in   float64

@@ -625,18 +625,10 @@ func newLaunchReport(f scenarioFlags, o sim.Options, r *launchResult) launchRepo
 	return rep
 }
 
-// counted is "1 noun" or "n nouns".
-func counted(n int, noun string) string {
-	if n == 1 {
-		return "1 " + noun
-	}
-	return fmt.Sprintf("%d %ss", n, noun)
-}
-
 func (r launchReport) writeText(w io.Writer) error {
-	fmt.Fprintf(w, "\n%s on %s", r.Model, counted(r.Workers, "worker"))
+	fmt.Fprintf(w, "\n%s on %s", r.Model, units.FormatCount(r.Workers, "worker"))
 	if r.Arch == "ps" {
-		fmt.Fprintf(w, " + %s", counted(r.Servers, "server"))
+		fmt.Fprintf(w, " + %s", units.FormatCount(r.Servers, "server"))
 	}
 	fmt.Fprintf(w, " (%s), scheduler %s: %s per iteration (steady state), %.1f samples/s\n",
 		r.Arch, r.Scheduler, units.FormatSeconds(r.IterationTimeS), r.SamplesPerS)
