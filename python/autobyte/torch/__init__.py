@@ -93,6 +93,7 @@ import atexit
 import datetime
 import gc
 import os
+import secrets
 import sys
 import types
 import weakref
@@ -114,6 +115,7 @@ _settings = {}
 _initialised = False
 _sessions = []  # weak references to live sessions
 
+_RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "server_weights", "ps_pull", "bandwidth",
           "peer_timeout", "rendezvous_timeout", "timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
@@ -289,15 +291,47 @@ def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, 
             "an nn.ModuleDict of them, each with its own optimizer; or, when done with the first, call "
             "autobyte.torch.shutdown() (or delete its DistributedDataParallel, e.g. del model, on every worker) "
             "before distributing the next" % (held, type(other.model).__name__, len(other.params)))
+    _follow_process_group()
     if not _initialised:
         init()
-    settings = dict(_settings)
+    # The engine, a Go library, sees only the environment the process
+    # started with: what the script set in os.environ since (the DDP
+    # tutorial's MASTER_ADDR and MASTER_PORT, set in the worker before
+    # init_process_group) goes with the settings.
+    settings = {k: v for k, v in os.environ.items() if k.startswith("AUTOBYTE_") or k in _RENDEZVOUS}
+    settings.update(_settings)
     if compression is not None:
         settings["AUTOBYTE_COMPRESSION"] = compression
     s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs, marked)
     s.owners = [weakref.ref(o) for o in owners]
     _sessions.append(weakref.ref(s))
     return s
+
+
+def _follow_process_group():
+    """Takes from torch.distributed's default process group, where the
+    script initialised one, what autobyte was not told: the rank and world
+    size (a script started by torch.multiprocessing.spawn passes them to
+    init_process_group, not the environment), and the job's secret, which
+    rank 0 draws and broadcasts through the group where AUTOBYTE_TOKEN is
+    unset. A rank or world size autobyte was told must be the group's.
+    Every worker opens its session at the same point of the same script,
+    so they all reach the broadcast together."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    r, n = dist.get_rank(), dist.get_world_size()
+    told = [k for k in ("RANK", "WORLD_SIZE") if _settings.get(k, os.environ.get(k)) not in (None, "")]
+    if not told:
+        _settings["RANK"], _settings["WORLD_SIZE"] = str(r), str(n)
+    elif (rank(), size()) != (r, n):
+        raise AutobyteError("autobyte: this process is rank %d of %d in torch.distributed's process group, but rank %d "
+                            "of %d to autobyte (%s, from init() or the environment); they must be the same job"
+                            % (r, n, rank(), size(), " and ".join(told)))
+    if n > 1 and _settings.get("AUTOBYTE_TOKEN", os.environ.get("AUTOBYTE_TOKEN")) in (None, ""):
+        token = [secrets.token_hex(16) if r == 0 else None]
+        dist.broadcast_object_list(token, src=0)
+        _settings["AUTOBYTE_TOKEN"] = token[0]
 
 
 def _open_sessions():

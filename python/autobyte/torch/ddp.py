@@ -19,8 +19,10 @@ parameters' sums are zeros, flagged as no gradient, and their ``.grad``
 stays None where no worker had one), ``broadcast_buffers`` (buffers are
 broadcast from rank 0 once, at wrapping, whatever its value; DDP's True
 broadcasts them before every forward), ``bucket_cap_mb``,
-``gradient_as_bucket_view`` and ``static_graph`` (no effect). GPUs
-(``device_ids``) and another ``process_group`` are refused with the reason.
+``gradient_as_bucket_view`` and ``static_graph`` (no effect), and a
+``process_group`` of every rank (the default group, or a group of them
+all): autobyte's workers are the whole job. GPUs (``device_ids``) and a
+group of some of the ranks are refused with the reason.
 
 ``join()`` is DDP's context manager for uneven inputs (see its comment).
 
@@ -65,9 +67,7 @@ class DistributedDataParallel(torch.nn.Module):
             if v not in (None, [], "cpu") and not (isinstance(v, torch.device) and v.type == "cpu"):
                 raise AutobyteError("autobyte: DistributedDataParallel(%s=%r): autobyte trains on the CPU (GPU tensors "
                                     "are not supported yet); leave %s out" % (name, v, name))
-        if process_group is not None:
-            raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): autobyte's workers are the job's "
-                                "(RANK, WORLD_SIZE); leave process_group out")
+        _check_process_group(process_group)
         unknown = sorted(k for k in kwargs if k not in _NO_EFFECT)
         if unknown:
             raise AutobyteError("autobyte: DistributedDataParallel: unsupported argument(s) %s (accepted: device_ids, "
@@ -243,6 +243,31 @@ def share_session(session, owners, new):
 
 def _hook_name(hook):
     return getattr(hook, "__qualname__", None) or getattr(hook, "__name__", None) or repr(hook)
+
+
+def _check_process_group(group):
+    """Accepts no group, or one of every rank of torch.distributed's job
+    (the default group, or new_group() over all ranks), which is what
+    autobyte synchronises over; refuses a subgroup with the sizes."""
+    if group is None:
+        return
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        raise AutobyteError("autobyte: DistributedDataParallel(process_group=%r): torch.distributed is not initialised, "
+                            "so that group is none of this job's; leave process_group out" % (group,))
+    try:
+        n = dist.get_world_size(group)
+    except (RuntimeError, ValueError) as e:
+        raise AutobyteError("autobyte: DistributedDataParallel(process_group=%r): not a process group of this job (%s)"
+                            % (group, e)) from None
+    if n < 0:  # torch's answer for a group this rank is not in
+        raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): a group that this rank (%d) is not in; "
+                            "autobyte synchronises every worker of the job, so it takes only a group of them all (or "
+                            "none)" % dist.get_rank())
+    if n != dist.get_world_size():
+        raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): a group of %d of the job's %d ranks; "
+                            "autobyte synchronises every worker of the job, so it takes only a group of them all (or "
+                            "none)" % (n, dist.get_world_size()))
 
 
 def _compression_of_hook(hook):
