@@ -3,7 +3,8 @@ nothing of autobyte in it) trained through autobyte, bit for bit what
 torch's DDP gives it (2 workers, so every sum is a + b in either order):
 under the launcher on a parameter server and on the ring, started by
 torch.multiprocessing.spawn with no launcher and nothing of autobyte's in
-the environment, and under torchrun. Each run also reports which wrapper
+the environment, and under torchrun; and a Hugging Face Trainer job
+(trainer_script.py), which wraps the model itself. Each run also reports which wrapper
 the script got, so a runner that replaced nothing fails here (the plain
 runs, torch's wrapper, are the control). Then the runner's own behaviour:
 argv, sys.path and __main__ as `python SCRIPT` gives them, exit statuses,
@@ -105,6 +106,48 @@ class Training(unittest.TestCase):
         r = run(torchrun + ["--master_port", str(master_port()), "-m", "autobyte.torch.dropin", SCRIPT, "--out", path])
         self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
         self.assertSameAsDDP(torch.load(path), "torchrun")
+
+
+def trainer_missing():
+    """Why the Hugging Face Trainer cannot run here, or None."""
+    if int(torch.__version__.split(".")[0]) < 2:
+        # transformers' Trainer imports torch.optim.lr_scheduler.LRScheduler.
+        return "transformers' Trainer needs torch 2, this is torch %s" % torch.__version__
+    try:
+        import accelerate  # noqa: F401
+        import transformers  # noqa: F401
+    except ImportError as e:
+        return "transformers and accelerate are needed for %s (%s); .ci/run's torch 2 venv has them" % (sys.executable, e)
+    return None
+
+
+class HuggingFace(unittest.TestCase):
+    def test_trainer(self):
+        # The Trainer wraps the model itself (accelerate's prepare), with
+        # no_sync() for the accumulated micro-batch and clipping before the
+        # step: the job as it is, under the launcher.
+        why = trainer_missing()
+        if why:
+            print("\nSKIPPED test_trainer: %s" % why, file=sys.stderr, flush=True)
+            self.skipTest(why)
+        script = os.path.join(HERE, "trainer_script.py")
+        runs = {}
+        dropin = ["-m", "autobyte.torch.dropin", script]
+        for name, where, command in (("ddp", ["--arch", "allreduce"], [script]),
+                                     ("ps", ["--servers", "1"], dropin), ("ring", ["--arch", "allreduce"], dropin)):
+            out = tmp("trainer-" + name)
+            rc, text, _ = launch(["--workers", "2"] + where, command[1:] + [out], script=command[0], timeout=300)
+            self.assertEqual(rc, 0, text)
+            runs[name] = torch.load(os.path.join(out, "result.pt"))
+        want = runs.pop("ddp")
+        self.assertEqual(want["wrapper"], TORCH_DDP)
+        self.assertEqual(len(want["losses"]), 6)
+        for name, got in runs.items():
+            with self.subTest(run=name):
+                self.assertEqual(got["wrapper"], AUTOBYTE_DDP, "%s: the Trainer's model went through %s" % (name, got["wrapper"]))
+                self.assertEqual(got["losses"], want["losses"], name)
+                differ = [k for k, v in want["state"].items() if not torch.equal(got["state"][k], v)]
+                self.assertEqual(differ, [], "%s: %d of %d tensors differ from DDP's" % (name, len(differ), len(want["state"])))
 
 
 class Runner(unittest.TestCase):
