@@ -286,8 +286,9 @@ def main():
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--accumulate", type=int, default=1, help="micro-batches (backward passes) per step")
-    p.add_argument("--accumulate-with", choices=["no_sync", "passes"], default="no_sync",
-                   help="autobyte: optimizer.no_sync() or backward_passes_per_step (ddp: model.no_sync())")
+    p.add_argument("--accumulate-with", choices=["no_sync", "passes", "flag"], default="no_sync",
+                   help="autobyte: optimizer.no_sync() or backward_passes_per_step (ddp: model.no_sync()); "
+                   "ddp, autobyte-ddp: flag sets model.require_backward_grad_sync instead of no_sync()")
     p.add_argument("--workers", type=int, default=3, help="reference: how many workers to emulate")
     p.add_argument("--seed", type=int, default=7, help="seed of the batches and, unless --init-seed, of the initial weights")
     p.add_argument("--init-seed", type=int, default=None)
@@ -428,7 +429,12 @@ def train(a, opt_name, rank, world, out):
             opt.zero_grad()
             for m in range(K):
                 x, y = batch(a.model, gen, a.batch)
-                if m < K - 1 and no_sync is not None:
+                if a.accumulate_with == "flag" and a.backend in ("ddp", "autobyte-ddp"):
+                    # What some training libraries do in place of no_sync().
+                    net.require_backward_grad_sync = m == K - 1
+                    loss = nn.functional.cross_entropy(net(x, step), y) / K
+                    loss.backward()
+                elif m < K - 1 and no_sync is not None:
                     with no_sync():
                         loss = nn.functional.cross_entropy(net(x, step), y) / K
                         loss.backward()
@@ -452,7 +458,10 @@ def train(a, opt_name, rank, world, out):
         # Which gradients the last backward left sparse (the wrapper hands
         # sparse embeddings' sums back sparse, as DDP does).
         sparse = {n: q.grad is not None and q.grad.is_sparse for n, q in model.named_parameters()}
-        torch.save({"losses": losses, "state": model.state_dict(), "sparse_grads": sparse},
+        # How many backward passes the wrapper synchronised: one per step
+        # where the others of a step only accumulate.
+        synced = net._autobyte.iteration if a.backend == "autobyte-ddp" else None
+        torch.save({"losses": losses, "state": model.state_dict(), "sparse_grads": sparse, "synced": synced},
                    out if rank == 0 else "%s.rank%d" % (out, rank))
     if a.backend in ("autobyte", "autobyte-ddp"):
         ab.shutdown()

@@ -43,14 +43,15 @@ class Wrapper(unittest.TestCase, Compare):
             self.assertMoved(Wrapper.ddp, "DDP")
         return Wrapper.ddp
 
-    def check(self, launch_args, what):
+    def check(self, launch_args, what, extra=()):
         want = self.want()
         out = tmp("wrap-%s.pt" % what)
-        run_ok(self, ["--workers", "2"] + launch_args, ["--backend", "autobyte-ddp", "--out", out] + ARGS)
+        run_ok(self, ["--workers", "2"] + launch_args, ["--backend", "autobyte-ddp", "--out", out] + ARGS + list(extra))
         got = torch.load(out)
         self.assertSameTraining(got, want, "wrapper (%s) vs DDP" % what, params_only=params(got))
         self.assertRanksEqual(out, 2, keys=params(got))
         self.assertEqual(int(got["state"]["bn.num_batches_tracked"]), 8 * 3, "BatchNorm saw every micro-batch")
+        self.assertEqual(got["synced"], 8, "backward passes synchronised in 8 steps of 3 micro-batches")
         wl, wp, wk = worst(got, want, params(got))
         print("\n  wrapper (%s) vs DDP: losses %.1e, parameters %.1e (%s)" % (what, wl, wp, wk), file=sys.stderr)
 
@@ -59,6 +60,13 @@ class Wrapper(unittest.TestCase, Compare):
 
     def test_allreduce_against_ddp(self):
         self.check(["--arch", "allreduce", "--partition", "256B", "--credit", "1KB"], "allreduce")
+
+    def test_require_backward_grad_sync(self):
+        # DDP's flag set by hand, as some training libraries accumulate,
+        # against DDP's no_sync(): the same sums. Were the flag ignored,
+        # the second micro-batch's gradients would be refused as computed
+        # again after they were synchronised.
+        self.check(["--servers", "1", "--partition", "256B", "--credit", "1KB"], "flag", ["--accumulate-with", "flag"])
 
     def test_three_workers_against_the_exact_update(self):
         args = ["--model", "smooth", "--optimizer", "sgd", "--iterations", "6"]

@@ -73,6 +73,10 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: DistributedDataParallel: unsupported argument(s) %s (accepted: device_ids, "
                                 "output_device, process_group, %s)" % (", ".join(unknown), ", ".join(_NO_EFFECT)))
         self.module = module
+        self._sync_held = False  # require_backward_grad_sync = False holds the session's sums
+        # DDP's flag for broadcasting buffers before each forward, which
+        # some libraries save and restore: kept, with no effect here.
+        self.require_forward_param_sync = True
         self._autobyte = _open_session(None, module, owners=[self])
         self._comm_hook = None
         self._compression = None  # a comm hook's, for the session's next opening
@@ -155,6 +159,38 @@ class DistributedDataParallel(torch.nn.Module):
         """A context manager: backward passes in it only accumulate into
         .grad; the next one outside it synchronises the sum (DDP's)."""
         return self._autobyte.no_sync()
+
+    @property
+    def require_backward_grad_sync(self):
+        """DDP's flag, False inside no_sync(). Setting it to False, as
+        DDP's no_sync() does and as some training libraries do themselves,
+        makes backward passes only accumulate into .grad until it is set to
+        True again."""
+        return self._autobyte.no_sync_depth == 0
+
+    @require_backward_grad_sync.setter
+    def require_backward_grad_sync(self, sync):
+        if not isinstance(sync, bool):
+            raise AutobyteError("autobyte: DistributedDataParallel.require_backward_grad_sync = %r: want True or False"
+                                % (sync,))
+        s = self._autobyte
+        with s.lock:
+            if sync == self._sync_held:  # a change: held and told to sync, or free and told not to
+                s.no_sync_depth += -1 if sync else 1
+                self._sync_held = not sync
+
+    @property
+    def _autobyte(self):
+        return self._session
+
+    @_autobyte.setter
+    def _autobyte(self, session):
+        # A wrapper's session changes when it is opened again (a comm hook,
+        # join()) or shared with a new wrapper: a hold it has moves along.
+        if self._sync_held:
+            with session.lock:
+                session.no_sync_depth += 1
+        self._session = session
 
     @contextlib.contextmanager
     def join(self, divide_by_initial_world_size=True, enable=True, throw_on_early_termination=False):
