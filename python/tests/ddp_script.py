@@ -14,7 +14,9 @@ learning-rate schedule, gradient clipping, a loss averaged over the ranks
 with all_reduce for the log, a checkpoint of model.module, a barrier.
 Every rank draws its own initial weights, so the wrapper must broadcast
 rank 0's. Rank 0 saves its per-step losses, the averaged losses, the final
-state and what the wrapper was to FILE.
+state and what the wrapper was to FILE, rank R to FILE.rankR. --ignore
+keeps a parameter and a buffer out of DDP's reach
+(_set_params_and_buffers_to_ignore_for_model).
 """
 
 import argparse
@@ -35,7 +37,7 @@ def dataset():
     return TensorDataset(x, (x.mean(dim=(1, 2, 3)) > 0).long() + 2 * (x[:, 0, 0, 0] > 0).long())
 
 
-def train(rank, world, out, port=None):
+def train(rank, world, out, port=None, ignore=False):
     if port is not None:
         # The DDP tutorial's setup(), in the spawned worker itself.
         os.environ["MASTER_ADDR"] = "localhost"
@@ -44,6 +46,10 @@ def train(rank, world, out, port=None):
     torch.set_num_threads(1)
     torch.manual_seed(1 + rank)
     model = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 6 * 6, 4))
+    if ignore:
+        # Kept apart on each rank: the last layer's bias and BatchNorm's
+        # running mean (names relative to the module, as DDP takes them).
+        DDP._set_params_and_buffers_to_ignore_for_model(model, ["4.bias", "1.running_mean"])
     ddp = DDP(model, process_group=dist.group.WORLD, bucket_cap_mb=1, find_unused_parameters=False)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     sched = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
@@ -63,10 +69,10 @@ def train(rank, world, out, port=None):
             total = loss.detach().clone()
             dist.all_reduce(total)
             averaged.append(total.item() / world)
-    if rank == 0:
-        torch.save({"losses": losses, "averaged": averaged, "state": ddp.module.state_dict(),
-                    "keys": sorted(ddp.state_dict()), "wrapper": type(ddp).__module__,
-                    "is_ddp": isinstance(ddp, torch.nn.parallel.DistributedDataParallel)}, out)
+    torch.save({"losses": losses, "averaged": averaged, "state": ddp.module.state_dict(),
+                "keys": sorted(ddp.state_dict()), "wrapper": type(ddp).__module__,
+                "is_ddp": isinstance(ddp, torch.nn.parallel.DistributedDataParallel)},
+               out if rank == 0 else "%s.rank%d" % (out, rank))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -75,12 +81,13 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--spawn", nargs=2, type=int, metavar=("N", "PORT"))
+    p.add_argument("--ignore", action="store_true", help="keep a parameter and a buffer out of DDP's reach")
     a = p.parse_args()
     if a.spawn:
         n, port = a.spawn
-        mp.spawn(train, args=(n, a.out, port), nprocs=n, join=True)
+        mp.spawn(train, args=(n, a.out, port, a.ignore), nprocs=n, join=True)
     else:
-        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a.out)
+        train(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), a.out, ignore=a.ignore)
 
 
 if __name__ == "__main__":

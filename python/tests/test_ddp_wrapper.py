@@ -297,6 +297,16 @@ class Arguments(unittest.TestCase):
             self.assertIn(want, str(cm.exception))
         with self.assertRaisesRegex(ab.AutobyteError, "needs a torch.nn.Module, got str"):
             ab.DistributedDataParallel("model")
+        # Names to ignore that name nothing (a typo would synchronise what
+        # was meant to stay apart), and a bare string.
+        net = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+        ab.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(net[1], ["running_mean", "wieght"])
+        with self.assertRaisesRegex(ab.AutobyteError, r"parameters and buffers to ignore 'wieght' are none of 1's "
+                                    r"\(it has weight, bias, running_mean"):
+            ab.DistributedDataParallel(net)
+        ab.DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(net[1], "weight")
+        with self.assertRaisesRegex(ab.AutobyteError, r"1._ddp_params_and_buffers_to_ignore is a string \('weight'\)"):
+            ab.DistributedDataParallel(net)
 
     def test_one_worker_is_plain_training(self):
         # One worker: .grad after backward is the worker's own, so plain

@@ -80,6 +80,31 @@ class Training(unittest.TestCase):
                 self.assertEqual(rc, 0, out)
                 self.assertSameAsDDP(torch.load(path), "launch %s" % " ".join(where))
 
+    def test_parameters_and_buffers_to_ignore(self):
+        # DDP's _set_params_and_buffers_to_ignore_for_model: the named
+        # parameter and buffer are neither broadcast nor synchronised, so
+        # each rank keeps its own, under both wrappers alike.
+        runs = {}
+        for name, where, command in (("ddp", ["--arch", "allreduce"], [SCRIPT]),
+                                     ("ps", ["--servers", "1"], ["-m", "autobyte.torch.dropin", SCRIPT])):
+            out = tmp("dropin-ignore-%s.pt" % name)
+            rc, text, _ = launch(["--workers", "2"] + where, command[1:] + ["--out", out, "--ignore"], script=command[0])
+            self.assertEqual(rc, 0, text)
+            runs[name] = [torch.load(out), torch.load(out + ".rank1")]
+        (want0, want1), (got0, got1) = runs["ddp"], runs["ps"]
+        self.assertEqual(got0["wrapper"], AUTOBYTE_DDP)
+        self.assertEqual(got0["losses"], want0["losses"])
+        differ = [k for k, v in want0["state"].items() if not torch.equal(got0["state"][k], v)]
+        self.assertEqual(differ, [], "rank 0: tensors that differ from DDP's")
+        # Rank 1: its parameters and its own running mean are DDP's rank 1's
+        # (the other buffers differ by broadcast_buffers, see docs/pytorch.md).
+        for k in ["0.weight", "0.bias", "1.weight", "1.bias", "4.weight", "4.bias", "1.running_mean"]:
+            self.assertTrue(torch.equal(got1["state"][k], want1["state"][k]), "rank 1's %s differs from DDP's" % k)
+        # (The ranks' other parameters differ too: clipping scales every
+        # gradient by a norm that takes in each rank's own bias gradient.)
+        for k in ("4.bias", "1.running_mean"):
+            self.assertFalse(torch.equal(got0["state"][k], got1["state"][k]), "%s was not kept apart" % k)
+
     def test_spawned_without_a_launcher(self):
         # mp.spawn's children install before they import the script, and
         # autobyte takes rank, world size and its secret from the script's

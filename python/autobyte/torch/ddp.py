@@ -155,6 +155,15 @@ class DistributedDataParallel(torch.nn.Module):
         scripts with reentrant activation checkpointing do): autobyte needs
         no static graph for that, so there is nothing to do."""
 
+    @staticmethod
+    def _set_params_and_buffers_to_ignore_for_model(module, params_and_buffers_to_ignore):
+        """DDP's: names module's parameters and buffers (names relative to
+        module) that a wrapper made later neither synchronises nor
+        broadcasts, so each worker keeps its own. Called before wrapping, as
+        under DDP; torch's own method marks the module the same way."""
+        from .layout import IGNORE_ATTRIBUTE
+        setattr(module, IGNORE_ATTRIBUTE, params_and_buffers_to_ignore)
+
     def no_sync(self):
         """A context manager: backward passes in it only accumulate into
         .grad; the next one outside it synchronises the sum (DDP's)."""

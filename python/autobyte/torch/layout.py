@@ -111,6 +111,35 @@ def check_broadcastable(name, t):
         raise AutobyteError("autobyte: %s has dtype %s, whose bytes the broadcast cannot carry (%s)" % (name, t.dtype, e))
 
 
+IGNORE_ATTRIBUTE = "_ddp_params_and_buffers_to_ignore"
+
+
+def _ignored(model):
+    """The ids of the parameters and buffers that DDP's
+    _set_params_and_buffers_to_ignore_for_model named on model or any of
+    its modules (by names relative to that module, as DDP takes them):
+    neither synchronised nor broadcast, each worker keeping its own. A
+    name that is no parameter or buffer is refused, where DDP would pass
+    over it and synchronise what a typo meant to keep apart."""
+    ids = set()
+    for prefix, mod in model.named_modules():
+        names = getattr(mod, IGNORE_ATTRIBUTE, None)
+        if not names:
+            continue
+        if isinstance(names, str):
+            raise AutobyteError("autobyte: %s%s is a string (%r); want a list of parameter and buffer names"
+                                % (prefix + "." if prefix else "", IGNORE_ATTRIBUTE, names))
+        tensors = dict(mod.named_parameters())
+        tensors.update(mod.named_buffers())
+        unknown = [n for n in names if n not in tensors]
+        if unknown:
+            raise AutobyteError("autobyte: parameters and buffers to ignore %s are none of %s's (it has %s)"
+                                % (", ".join(map(repr, unknown)), prefix or "the model",
+                                   ", ".join(list(tensors)[:6]) + (", ..." if len(tensors) > 6 else "")))
+        ids.update(id(tensors[n]) for n in names)
+    return ids
+
+
 class Layout:
     """The model's parameters as engine tensors and layers.
 
@@ -146,6 +175,7 @@ class Layout:
                 if id(p) not in names:
                     raise AutobyteError("autobyte: the optimizer's parameter group %d holds a %s tensor that is not a parameter of the model" % (gi, tuple(p.shape)))
 
+        ignored = _ignored(model)
         # How many modules hold each parameter directly: a weight tied to
         # another module gets a dense gradient, whatever its embedding says.
         holders = {}
@@ -164,7 +194,7 @@ class Layout:
         for mod in model.modules():
             ids = []
             for _, p in mod.named_parameters(recurse=False):
-                if id(p) in seen or not p.requires_grad or id(p) not in in_opt:
+                if id(p) in seen or not p.requires_grad or id(p) not in in_opt or id(p) in ignored:
                     continue
                 seen.add(id(p))
                 name = names[id(p)]
@@ -194,17 +224,20 @@ class Layout:
         # The optimizer's parameters that are no engine tensor (frozen now):
         # one that becomes trainable later would be trained apart from the
         # others (session.py refuses that).
-        self.frozen_in_opt = [(names[id(p)], p) for g in optimizer.param_groups for p in g["params"] if id(p) not in trainable]
+        self.frozen_in_opt = [(names[id(p)], p) for g in optimizer.param_groups for p in g["params"]
+                              if id(p) not in trainable and id(p) not in ignored]
         # Trainable parameters the optimizer does not hold: broadcast once,
         # never synchronised (a second, local optimizer would let the
         # workers drift apart; DDP would synchronise their gradients).
-        self.outside_opt = [n for n, p in model.named_parameters() if p.requires_grad and id(p) not in in_opt]
+        self.outside_opt = [n for n, p in model.named_parameters()
+                            if p.requires_grad and id(p) not in in_opt and id(p) not in ignored]
         self.state = []
         for n, p in model.named_parameters():
-            if id(p) not in trainable:
+            if id(p) not in trainable and id(p) not in ignored:
                 self.state.append(("parameter " + n, p))
         for n, b in model.named_buffers():
-            self.state.append(("buffer " + n, b))
+            if id(b) not in ignored:
+                self.state.append(("buffer " + n, b))
         for n, t in self.state:
             check_broadcastable(n, t)
         self.state_elems = sum(state_elems(t) for _, t in self.state)
