@@ -208,6 +208,29 @@ class Runner(unittest.TestCase):
         r = run([probe, "0"], cwd=HERE)
         self.assertIn("class %s True" % TORCH_DDP, r.stdout, r.stderr)
 
+    def test_ddp_attributes(self):
+        # What scripts and libraries read back from the wrapper, as torch's
+        # DDP has it.
+        probe = self.write("dropin-attributes.py", """
+            import torch, torch.distributed as dist
+            from torch.nn.parallel import DistributedDataParallel as DDP
+            dist.init_process_group("gloo")
+            m = DDP(torch.nn.Linear(2, 2), find_unused_parameters=True, gradient_as_bucket_view=True)
+            print(type(m).__module__)
+            print([m.device_ids, m.output_device, m.dim, m.broadcast_buffers, m.find_unused_parameters,
+                   m.gradient_as_bucket_view, m.static_graph, m.process_group is dist.group.WORLD,
+                   m.require_backward_grad_sync, m.require_forward_param_sync, sorted(m.state_dict())])
+            dist.destroy_process_group()
+        """)
+        env = bare_env(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(master_port()))
+        plain = run([probe], env=env)
+        ours = run(["-m", "autobyte.torch.dropin", probe], env=env)
+        for r in (plain, ours):
+            self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        self.assertEqual(plain.stdout.splitlines()[0], TORCH_DDP)
+        self.assertEqual(ours.stdout.splitlines()[0], AUTOBYTE_DDP)
+        self.assertEqual(ours.stdout.splitlines()[1], plain.stdout.splitlines()[1])
+
     def test_module_and_failures(self):
         pkg = tmp("dropin-pkg")
         os.makedirs(pkg, exist_ok=True)

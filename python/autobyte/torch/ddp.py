@@ -73,6 +73,16 @@ class DistributedDataParallel(torch.nn.Module):
             raise AutobyteError("autobyte: DistributedDataParallel: unsupported argument(s) %s (accepted: device_ids, "
                                 "output_device, process_group, %s)" % (", ".join(unknown), ", ".join(_NO_EFFECT)))
         self.module = module
+        # DDP's attributes that scripts and libraries read back: what was
+        # asked for (see the module's comment for what takes effect).
+        self.device_ids, self.output_device, self.dim = None, None, kwargs.get("dim", 0)
+        self.broadcast_buffers = kwargs.get("broadcast_buffers", True)
+        self.find_unused_parameters = kwargs.get("find_unused_parameters", False)
+        self.gradient_as_bucket_view = kwargs.get("gradient_as_bucket_view", False)
+        self.static_graph = kwargs.get("static_graph", False)
+        dist = torch.distributed
+        self.process_group = process_group if process_group is not None else (
+            dist.group.WORLD if dist.is_available() and dist.is_initialized() else None)
         self._sync_held = False  # require_backward_grad_sync = False holds the session's sums
         # DDP's flag for broadcasting buffers before each forward, which
         # some libraries save and restore: kept, with no effect here.
