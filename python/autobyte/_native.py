@@ -87,6 +87,9 @@ if _STATUS_FD is not None:
         _STATUS_FD = None  # not an open descriptor: run unsupervised
 
 
+_RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
 class Engine:
     """One session of the Go engine in this process."""
 
@@ -105,7 +108,12 @@ class Engine:
         for f in (lib.ab_open, lib.ab_post, lib.ab_wait_layer, lib.ab_wait_run, lib.ab_close, lib.ab_last_error,
                   lib.ab_tuning, lib.ab_mark, lib.ab_report):
             f.restype = ctypes.c_int
-        settings = dict(settings or {})
+        # The engine, a Go library, sees only the environment the process
+        # started with: what the script set in os.environ since (the DDP
+        # tutorial's MASTER_ADDR and MASTER_PORT, set in each spawned worker
+        # before init_process_group) goes along, under the settings.
+        current = {k: v for k, v in os.environ.items() if k.startswith("AUTOBYTE_") or k in _RENDEZVOUS}
+        settings = dict(current, **(settings or {}))
         if _STATUS_FD is not None:
             settings.setdefault("AUTOBYTE_STATUS_FD", _STATUS_FD)
         req = json.dumps({"tensors": tensors, "settings": settings}).encode()

@@ -115,7 +115,6 @@ _settings = {}
 _initialised = False
 _sessions = []  # weak references to live sessions
 
-_RENDEZVOUS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "server_weights", "ps_pull", "bandwidth",
           "peer_timeout", "rendezvous_timeout", "timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
@@ -294,12 +293,7 @@ def _open_session(optimizer, model, broadcast=True, backward_passes_per_step=1, 
     _follow_process_group()
     if not _initialised:
         init()
-    # The engine, a Go library, sees only the environment the process
-    # started with: what the script set in os.environ since (the DDP
-    # tutorial's MASTER_ADDR and MASTER_PORT, set in the worker before
-    # init_process_group) goes with the settings.
-    settings = {k: v for k, v in os.environ.items() if k.startswith("AUTOBYTE_") or k in _RENDEZVOUS}
-    settings.update(_settings)
+    settings = dict(_settings)
     if compression is not None:
         settings["AUTOBYTE_COMPRESSION"] = compression
     s = Session(optimizer, model, settings, rank(), size(), broadcast, backward_passes_per_step, uneven_inputs, marked)
