@@ -83,8 +83,9 @@ def _installing_command_line(command_line, **kwds):
 
 def main(argv=None):
     """Runs the script or module argv names (sys.argv[1:] by default) with
-    install() done; returns only for --help or a usage error, with the
-    exit status."""
+    install() done and returns the exit status: 0 once it has run, 0 for
+    --help, 2 for a usage error. The script's own sys.exit() and
+    exceptions pass through."""
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] == "--":
         argv = argv[1:]
@@ -127,8 +128,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    # Run as `python -m`, this file is __main__; the script becomes
-    # __main__ next, so the work is done by the module under its own name,
-    # where processes the script spawns find _installed_then.
+    # Run as `python -m`, this file is __main__, and the script becomes
+    # __main__ next: the work is done by the module under its own name, so
+    # that a script's own autobyte.torch.dropin.install() finds it done.
     from autobyte.torch import dropin
     sys.exit(dropin.main())
