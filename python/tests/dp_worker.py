@@ -17,6 +17,7 @@ leave with the first session).
 """
 
 import argparse
+import contextlib
 import inspect
 import os
 import signal
@@ -429,16 +430,14 @@ def train(a, opt_name, rank, world, out):
             opt.zero_grad()
             for m in range(K):
                 x, y = batch(a.model, gen, a.batch)
+                last = m == K - 1
+                held = contextlib.nullcontext()
                 if a.accumulate_with == "flag" and a.backend in ("ddp", "autobyte-ddp"):
                     # What some training libraries do in place of no_sync().
-                    net.require_backward_grad_sync = m == K - 1
-                    loss = nn.functional.cross_entropy(net(x, step), y) / K
-                    loss.backward()
-                elif m < K - 1 and no_sync is not None:
-                    with no_sync():
-                        loss = nn.functional.cross_entropy(net(x, step), y) / K
-                        loss.backward()
-                else:
+                    net.require_backward_grad_sync = last
+                elif not last and no_sync is not None:
+                    held = no_sync()
+                with held:
                     loss = nn.functional.cross_entropy(net(x, step), y) / K
                     loss.backward()
             opt.step()
