@@ -119,9 +119,15 @@ _KNOWN = {"arch", "servers", "scheduler", "partition", "credit", "shard", "serve
           "peer_timeout", "rendezvous_timeout", "timeout", "log_level", "listen", "trace", "compression", "fusion"}
 
 
-def _env_int(name, default):
+def _setting(name):
+    """init()'s value of a variable, else the environment's; "" if neither."""
     v = _settings.get(name, os.environ.get(name))
-    if v is None or v == "":
+    return "" if v is None else v
+
+
+def _env_int(name, default):
+    v = _setting(name)
+    if v == "":
         return default
     try:
         n = int(v)
@@ -315,14 +321,14 @@ def _follow_process_group():
     if not (dist.is_available() and dist.is_initialized()):
         return
     r, n = dist.get_rank(), dist.get_world_size()
-    told = [k for k in ("RANK", "WORLD_SIZE") if _settings.get(k, os.environ.get(k)) not in (None, "")]
+    told = [k for k in ("RANK", "WORLD_SIZE") if _setting(k) != ""]
     if not told:
         _settings["RANK"], _settings["WORLD_SIZE"] = str(r), str(n)
     elif (rank(), size()) != (r, n):
         raise AutobyteError("autobyte: this process is rank %d of %d in torch.distributed's process group, but rank %d "
                             "of %d to autobyte (%s, from init() or the environment); they must be the same job"
                             % (r, n, rank(), size(), " and ".join(told)))
-    if n > 1 and _settings.get("AUTOBYTE_TOKEN", os.environ.get("AUTOBYTE_TOKEN")) in (None, ""):
+    if n > 1 and _setting("AUTOBYTE_TOKEN") == "":
         token = [secrets.token_hex(16) if r == 0 else None]
         dist.broadcast_object_list(token, src=0)
         _settings["AUTOBYTE_TOKEN"] = token[0]

@@ -316,13 +316,13 @@ def _check_process_group(group):
         raise AutobyteError("autobyte: DistributedDataParallel(process_group=%r): not a process group of this job (%s)"
                             % (group, e)) from None
     if n < 0:  # torch's answer for a group this rank is not in
-        raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): a group that this rank (%d) is not in; "
-                            "autobyte synchronises every worker of the job, so it takes only a group of them all (or "
-                            "none)" % dist.get_rank())
-    if n != dist.get_world_size():
-        raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): a group of %d of the job's %d ranks; "
-                            "autobyte synchronises every worker of the job, so it takes only a group of them all (or "
-                            "none)" % (n, dist.get_world_size()))
+        what = "a group that this rank (%d) is not in" % dist.get_rank()
+    elif n != dist.get_world_size():
+        what = "a group of %d of the job's %d ranks" % (n, dist.get_world_size())
+    else:
+        return
+    raise AutobyteError("autobyte: DistributedDataParallel(process_group=...): %s; autobyte synchronises every worker "
+                        "of the job, so it takes only a group of them all (or none)" % what)
 
 
 def _compression_of_hook(hook):

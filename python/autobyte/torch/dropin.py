@@ -43,9 +43,6 @@ import sys
 
 import torch
 
-TorchDistributedDataParallel = torch.nn.parallel.DistributedDataParallel
-"""torch's own class, as it was when this module was imported."""
-
 USAGE = "usage: python -m autobyte.torch.dropin SCRIPT [ARGS...]  |  python -m autobyte.torch.dropin -m MODULE [ARGS...]"
 
 _installed = False
